@@ -1,0 +1,134 @@
+"""Rows to records and back: causes, returned ids, JSON payloads, timestamps."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Row
+
+from a2sql.errors import A2Error, ErrorCode
+from a2sql.records import JSON, Event, EventCause, StoredEvent
+
+
+def truncate_ms(value: datetime) -> datetime:
+    """Stored times have millisecond precision (SPEC §2)."""
+    return value - timedelta(microseconds=value.microsecond % 1000)
+
+
+def encode_cause(cause: EventCause | None) -> str | None:
+    """The seed's encoding: ``{"index":…,"attempt":…[,"batchSize":…]}``."""
+    if cause is None:
+        return None
+    if cause.batch_size is None:
+        return f'{{"index":{cause.index},"attempt":{cause.attempt}}}'
+    return f'{{"index":{cause.index},"attempt":{cause.attempt},"batchSize":{cause.batch_size}}}'
+
+
+def _positive_int(value: Any) -> bool:
+    return type(value) is int and value >= 1
+
+
+def decode_cause(text: str | None, where: str) -> EventCause | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if (
+        not isinstance(value, dict)
+        or not _positive_int(value.get("index"))
+        or not _positive_int(value.get("attempt"))
+        or ("batchSize" in value and not _positive_int(value["batchSize"]))
+    ):
+        raise A2Error(ErrorCode.CORRUPT_RECORD, f"{where} has an invalid cause: {text!r}")
+    return EventCause(value["index"], value["attempt"], value.get("batchSize"))
+
+
+def encode_ids(ids: Sequence[str]) -> str:
+    return json.dumps(list(ids), ensure_ascii=False, separators=(",", ":"))
+
+
+def decode_ids(text: str | None, where: str) -> list[str] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise A2Error(
+            ErrorCode.CORRUPT_RECORD, f"{where} has invalid returned event ids: {text!r}"
+        )
+    return value
+
+
+def canonical_json(value: JSON) -> str:
+    """A text that is equal for equal JSON values, types kept (``1``, ``1.0`` and ``true`` differ)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def stored_event(row: Row[Any]) -> StoredEvent:
+    """A full ``a2_events`` row (every column, in table order) as a ``StoredEvent``."""
+    (
+        session_id,
+        idx,
+        event_type,
+        payload,
+        event_id,
+        created_at,
+        cause,
+        lane,
+        _lane_ready,
+        processed_at,
+        processed_by_attempt,
+        returned_event_ids,
+        first_claimed_at,
+        last_claimed_at,
+        attempt_count,
+        failure_count,
+        last_failed_at,
+        last_failed_attempt,
+        last_error,
+        failed_at,
+        claim_holder,
+        claim_expires_at,
+    ) = row
+    where = f"event {idx} of session {session_id!r}"
+    return StoredEvent(
+        id=event_id,
+        type=event_type,
+        payload=payload,
+        index=idx,
+        session_id=session_id,
+        created_at=created_at,
+        cause=decode_cause(cause, where),
+        lane=lane,
+        processed_at=processed_at,
+        processed_by_attempt=processed_by_attempt,
+        returned_event_ids=decode_ids(returned_event_ids, where),
+        first_claimed_at=first_claimed_at,
+        last_claimed_at=last_claimed_at,
+        attempt_count=attempt_count,
+        failure_count=failure_count,
+        last_failed_at=last_failed_at,
+        last_failed_attempt=last_failed_attempt,
+        last_error=last_error,
+        failed_at=failed_at,
+        claim_holder=claim_holder,
+        claim_expires_at=claim_expires_at,
+    )
+
+
+def event_of(stored: StoredEvent) -> Event:
+    return Event(
+        id=stored.id,
+        type=stored.type,
+        payload=stored.payload,
+        index=stored.index,
+        session_id=stored.session_id,
+        created_at=stored.created_at,
+    )

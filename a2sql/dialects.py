@@ -1,0 +1,114 @@
+"""The few things that differ between SQLite and PostgreSQL, and nothing else.
+
+A ``Dialect`` locks a session for writing, and holds the statements whose
+SQL differs per engine (upserts, the latest of several timestamps). It is
+built once per engine kind per process; statements are reused on every call.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Connection, Engine, bindparam, func, literal_column, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql import ColumnElement
+from sqlalchemy.sql.dml import Insert
+
+from a2sql.schema import events, presence, snapshots
+from a2sql.types import Timestamp
+
+# Class id of a2sql's session locks in PostgreSQL's two-key advisory lock
+# space (which never overlaps the one-bigint space applications tend to use).
+SESSION_LOCK_CLASS = 0x6132
+
+
+class Dialect:
+    """What differs per engine. Subclasses fill in the statements."""
+
+    name: str
+    upsert_snapshot: Insert
+    upsert_presence: Insert
+
+    def lock_session(self, connection: Connection, session_id: str) -> None:
+        """First statement of every mutating transaction on a session."""
+
+    def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
+        raise NotImplementedError
+
+    def _build_upserts(self, insert: Any) -> None:
+        snapshot = insert(snapshots)
+        self.upsert_snapshot = snapshot.on_conflict_do_update(
+            index_elements=[snapshots.c.session_id, snapshots.c.reducer_name],
+            set_={
+                "up_to_index": snapshot.excluded.up_to_index,
+                "state": snapshot.excluded.state,
+                "updated_at": snapshot.excluded.updated_at,
+            },
+            # A slow writer never clobbers a further-along snapshot.
+            where=snapshot.excluded.up_to_index > snapshots.c.up_to_index,
+        )
+        entry = insert(presence)
+        self.upsert_presence = entry.on_conflict_do_update(
+            index_elements=[presence.c.ns, presence.c.participant, presence.c.field],
+            set_={
+                "value": entry.excluded.value,
+                "seen": entry.excluded.seen,
+                "at": entry.excluded.at,
+                "expires_at": entry.excluded.expires_at,
+            },
+            # Last writer wins by the writer's `at`; ties go to the incoming write.
+            where=presence.c.at <= entry.excluded.at,
+        )
+
+
+class SqliteDialect(Dialect):
+    name = "sqlite"
+
+    def __init__(self) -> None:
+        self._build_upserts(sqlite.insert)
+
+    def lock_session(self, connection: Connection, session_id: str) -> None:
+        # BEGIN IMMEDIATE (config._on_begin) already holds the database's write lock.
+        return None
+
+    def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
+        # SQLite's scalar max() is NULL if any argument is; unset times count as 0.
+        first, *rest = columns
+        return func.max(first, *(func.coalesce(c, literal_column("0")) for c in rest))
+
+
+class PostgresDialect(Dialect):
+    name = "postgresql"
+
+    _lock = select(
+        func.pg_advisory_xact_lock(
+            literal_column(str(SESSION_LOCK_CLASS)), func.hashtext(bindparam("sid"))
+        )
+    )
+
+    def __init__(self) -> None:
+        self._build_upserts(postgresql.insert)
+
+    def lock_session(self, connection: Connection, session_id: str) -> None:
+        connection.execute(self._lock, {"sid": session_id})
+
+    def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
+        # greatest() skips NULLs.
+        return func.greatest(*columns, type_=Timestamp())
+
+
+@cache
+def dialect_named(name: str) -> Dialect:
+    if name == "sqlite":
+        return SqliteDialect()
+    if name == "postgresql":
+        return PostgresDialect()
+    raise ValueError(f"a2sql does not support the {name!r} dialect")
+
+
+def dialect_for(engine: Engine) -> Dialect:
+    return dialect_named(engine.dialect.name)
+
+
+

@@ -1,0 +1,77 @@
+"""The one error type of a2sql, its codes, and the mapping of driver failures."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from sqlalchemy import exc as sa_exc
+
+
+class ErrorCode(StrEnum):
+    """What went wrong, as a stable machine-readable code (SPEC §4)."""
+
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    SCHEMA_MISMATCH = "SCHEMA_MISMATCH"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    EVENT_NOT_FOUND = "EVENT_NOT_FOUND"
+    PARTIAL_DUPLICATE_BATCH = "PARTIAL_DUPLICATE_BATCH"
+    SUPERSEDED_ATTEMPT = "SUPERSEDED_ATTEMPT"
+    IDEMPOTENCY_CONFLICT = "IDEMPOTENCY_CONFLICT"
+    CORRUPT_RECORD = "CORRUPT_RECORD"
+
+
+class A2Error(Exception):
+    """Every error a2sql raises. ``code`` says what kind; the message says what was wrong."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+# The unique index on event ids: a race between two sessions appending the
+# same id ends in a unique violation on it, which the contract reports as a
+# duplicate batch rather than a database failure.
+EVENT_ID_INDEX = "a2_events_event_id"
+
+
+def _is_event_id_collision(error: sa_exc.IntegrityError) -> bool:
+    orig = error.orig
+    diag = getattr(orig, "diag", None)
+    if diag is not None and getattr(diag, "constraint_name", None) == EVENT_ID_INDEX:
+        return True
+    # SQLite names the column, not the index, in its message.
+    return "UNIQUE constraint failed: a2_events.event_id" in str(orig)
+
+
+def from_driver_error(error: BaseException) -> A2Error:
+    """Translate a failure below a2sql (driver, pool, file system) into an ``A2Error``.
+
+    A unique violation on the event id index is ``PARTIAL_DUPLICATE_BATCH``;
+    everything else is ``STORE_UNAVAILABLE``. Callers raise the result
+    ``from error`` so the original stays reachable as ``__cause__``.
+    """
+    if isinstance(error, sa_exc.IntegrityError) and _is_event_id_collision(error):
+        return A2Error(
+            ErrorCode.PARTIAL_DUPLICATE_BATCH,
+            "an event id of the batch was appended concurrently by another writer",
+        )
+    detail = str(getattr(error, "orig", None) or error).strip().splitlines()
+    first_line = detail[0] if detail else type(error).__name__
+    return A2Error(ErrorCode.STORE_UNAVAILABLE, f"the database failed: {first_line}")
+
+
+# What counts as "the database failed": driver errors, pool exhaustion and
+# lost connections, and the file system under SQLite. Anything else from
+# SQLAlchemy (a compile error, say) is a bug in a2sql and is left to surface.
+DRIVER_FAILURES: tuple[type[BaseException], ...] = (
+    sa_exc.DBAPIError,
+    sa_exc.DisconnectionError,
+    sa_exc.TimeoutError,
+    OSError,
+)
+
+
+def invalid(argument: str, problem: str) -> A2Error:
+    """An ``INVALID_ARGUMENT`` error naming the argument and what was wrong with it."""
+    return A2Error(ErrorCode.INVALID_ARGUMENT, f"{argument}: {problem}")

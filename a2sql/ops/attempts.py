@@ -1,0 +1,205 @@
+"""complete_attempt and fail_attempt: the transitions fenced by the attempt number."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy import Connection, bindparam, false, func, select, true, update
+
+from a2sql.codec import encode_ids, stored_event
+from a2sql.errors import A2Error, ErrorCode
+from a2sql.ops.append import duplicate_ids
+from a2sql.ops.events import (
+    EVENT_AT,
+    SESSION,
+    ValidEvent,
+    events_by_id,
+    insert_events,
+    replay,
+    session_status,
+)
+from a2sql.records import CompleteResult, EventCause, FailResult, StoredEvent
+from a2sql.schema import events as E
+from a2sql.types import Timestamp
+
+NOW = bindparam("now", type_=Timestamp())
+THIS_EVENT = (E.c.session_id == SESSION, E.c.idx == bindparam("index"))
+
+MARK_PROCESSED = (
+    update(E)
+    .where(*THIS_EVENT)
+    .values(
+        processed_at=NOW,
+        processed_by_attempt=bindparam("attempt"),
+        returned_event_ids=bindparam("returned"),
+        lane_ready=false(),
+        claim_holder=None,
+        claim_expires_at=None,
+    )
+)
+
+PROMOTE_LANE_HEAD = (
+    update(E)
+    .where(
+        E.c.session_id == SESSION,
+        E.c.idx
+        == select(func.min(E.c.idx))
+        .where(
+            E.c.session_id == SESSION,
+            E.c.lane == bindparam("lane_name"),
+            E.c.processed_at.is_(None),
+        )
+        .scalar_subquery(),
+    )
+    .values(lane_ready=true())
+)
+
+MARK_FAILED = (
+    update(E)
+    .where(*THIS_EVENT)
+    .values(
+        failure_count=bindparam("failures"),
+        last_error=bindparam("error"),
+        last_failed_at=NOW,
+        last_failed_attempt=bindparam("attempt"),
+        failed_at=bindparam("dead_at", type_=Timestamp()),
+        claim_holder=None,
+        claim_expires_at=None,
+    )
+)
+
+
+def _event_at(connection: Connection, session_id: str, index: int) -> StoredEvent:
+    row = connection.execute(EVENT_AT, {"sid": session_id, "index": index}).one_or_none()
+    if row is None:
+        raise A2Error(
+            ErrorCode.EVENT_NOT_FOUND, f"no event at index {index} in session {session_id!r}"
+        )
+    return stored_event(row)
+
+
+def complete_attempt(
+    connection: Connection,
+    session_id: str,
+    *,
+    index: int,
+    attempt: int,
+    batch: Sequence[ValidEvent],
+    now: datetime,
+    new_id: Callable[[], str],
+) -> CompleteResult:
+    """Mark the event processed by ``attempt`` and append what the handler returned (SPEC §3)."""
+    parent = _event_at(connection, session_id, index)
+    ids = [event.id for event in batch if event.id is not None]
+    repeated = duplicate_ids(ids)
+    if repeated is not None:
+        raise A2Error(
+            ErrorCode.PARTIAL_DUPLICATE_BATCH,
+            f"the returned events hold event id {repeated!r} more than once",
+        )
+    cause = EventCause(index, attempt)
+    caused = [replace(event, cause=cause) for event in batch]
+
+    if parent.processed_at is not None:
+        if parent.processed_by_attempt != attempt:
+            return CompleteResult("superseded")
+        return CompleteResult("completed", _replay(connection, session_id, parent, caused, ids))
+
+    if parent.attempt_count != attempt or parent.claim_holder is None or parent.failed_at:
+        return CompleteResult("superseded")
+
+    if ids:
+        taken = events_by_id(connection, ids)
+        if taken:
+            raise A2Error(
+                ErrorCode.PARTIAL_DUPLICATE_BATCH,
+                f"returned event id {next(iter(taken))!r} already exists",
+            )
+
+    last_index, _ = session_status(connection, session_id)
+    connection.execute(
+        MARK_PROCESSED,
+        {
+            "sid": session_id,
+            "index": index,
+            "now": now,
+            "attempt": attempt,
+            "returned": encode_ids(ids),
+        },
+    )
+    if parent.lane is not None:
+        connection.execute(PROMOTE_LANE_HEAD, {"sid": session_id, "lane_name": parent.lane})
+    stored = insert_events(
+        connection, session_id, caused, first_index=last_index + 1, now=now, new_id=new_id
+    )
+    return CompleteResult("completed", stored)
+
+
+def _replay(
+    connection: Connection,
+    session_id: str,
+    parent: StoredEvent,
+    caused: Sequence[ValidEvent],
+    ids: list[str],
+) -> list[StoredEvent]:
+    """A retried completion by the attempt that did complete: it must name the same batch."""
+    if parent.returned_event_ids != ids:
+        raise A2Error(
+            ErrorCode.PARTIAL_DUPLICATE_BATCH,
+            f"attempt {parent.processed_by_attempt} completed event {parent.index} "
+            "with a different batch of returned events",
+        )
+    stored = events_by_id(connection, ids)
+    cause = EventCause(parent.index, parent.processed_by_attempt or 0)
+    mismatched = [
+        event_id
+        for event_id in ids
+        if event_id not in stored
+        or stored[event_id].session_id != session_id
+        or stored[event_id].cause != cause
+    ]
+    if mismatched:
+        raise A2Error(
+            ErrorCode.PARTIAL_DUPLICATE_BATCH,
+            f"returned event {mismatched[0]!r} does not match the committed batch",
+        )
+    return replay(caused, [stored[event_id] for event_id in ids])
+
+
+def fail_attempt(
+    connection: Connection,
+    session_id: str,
+    *,
+    index: int,
+    attempt: int,
+    error: str,
+    max_failures: int,
+    now: datetime,
+) -> FailResult:
+    """Count a failure of the current attempt and release its claim (SPEC §3)."""
+    event = _event_at(connection, session_id, index)
+    if event.processed_at is not None or event.attempt_count != attempt:
+        return FailResult("superseded", event.failure_count)
+    if event.failed_at is not None:
+        return FailResult("dead_lettered", event.failure_count)
+    if event.claim_holder is None:
+        # A retried call of the failure that released the claim reports it again.
+        retried = event.last_failed_attempt == attempt
+        return FailResult("failed" if retried else "superseded", event.failure_count)
+    failures = event.failure_count + 1
+    dead = failures >= max_failures
+    connection.execute(
+        MARK_FAILED,
+        {
+            "sid": session_id,
+            "index": index,
+            "failures": failures,
+            "error": error,
+            "now": now,
+            "attempt": attempt,
+            "dead_at": now if dead else None,
+        },
+    )
+    return FailResult("dead_lettered" if dead else "failed", failures)

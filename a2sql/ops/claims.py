@@ -1,0 +1,129 @@
+"""claim_available and renew_claims."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import bindparam, func, or_, select, true, tuple_, update
+from sqlalchemy import Connection
+
+from a2sql.codec import stored_event
+from a2sql.ops.events import SESSION
+from a2sql.records import ClaimRef, ClaimResult, RenewResult
+from a2sql.schema import events as E
+from a2sql.types import Timestamp
+
+NOW = bindparam("now", type_=Timestamp())
+EXPIRES_AT = bindparam("expires_at", type_=Timestamp())
+
+# The dispatchable events, spelled with literals exactly as the partial
+# indexes a2_events_dispatch_ready / a2_events_claim_expiry are.
+DISPATCHABLE = (
+    E.c.session_id == SESSION,
+    E.c.lane_ready == true(),
+    E.c.processed_at.is_(None),
+    E.c.failed_at.is_(None),
+)
+
+_claim = (
+    update(E)
+    .where(*DISPATCHABLE, or_(E.c.claim_expires_at.is_(None), E.c.claim_expires_at <= NOW))
+    .values(
+        attempt_count=E.c.attempt_count + 1,
+        first_claimed_at=func.coalesce(E.c.first_claimed_at, NOW),
+        last_claimed_at=NOW,
+        claim_holder=bindparam("holder"),
+        claim_expires_at=EXPIRES_AT,
+    )
+    .returning(*E.c)
+)
+CLAIM = _claim
+CLAIM_EXCLUDING = _claim.where(E.c.idx.not_in(bindparam("exclude", expanding=True)))
+
+NEXT_EXPIRY = select(func.min(E.c.claim_expires_at)).where(
+    *DISPATCHABLE, E.c.claim_expires_at > NOW
+)
+
+CURRENT_ATTEMPTS = select(E.c.idx, E.c.attempt_count).where(
+    E.c.session_id == SESSION, E.c.idx.in_(bindparam("indexes", expanding=True))
+)
+
+RENEW = (
+    update(E)
+    .where(
+        E.c.session_id == SESSION,
+        tuple_(E.c.idx, E.c.attempt_count).in_(bindparam("claims", expanding=True)),
+        E.c.processed_at.is_(None),
+        E.c.failed_at.is_(None),
+        E.c.claim_holder == bindparam("holder"),
+        E.c.claim_expires_at > NOW,
+    )
+    .values(claim_expires_at=EXPIRES_AT)
+    .returning(E.c.idx)
+)
+
+
+def claim_available(
+    connection: Connection,
+    session_id: str,
+    *,
+    holder: str,
+    now: datetime,
+    expires_at: datetime,
+    exclude_indexes: Sequence[int],
+) -> ClaimResult:
+    """Claim every dispatchable event whose claim is free or expired (SPEC §3)."""
+    params = {"sid": session_id, "now": now, "holder": holder, "expires_at": expires_at}
+    if exclude_indexes:
+        statement = CLAIM_EXCLUDING
+        params["exclude"] = sorted(set(exclude_indexes))
+    else:
+        statement = CLAIM
+    claimed = sorted(
+        (stored_event(row) for row in connection.execute(statement, params)),
+        key=lambda event: event.index,
+    )
+    if claimed:
+        return ClaimResult("claimed", claimed)
+    retry_at = connection.scalar(NEXT_EXPIRY, {"sid": session_id, "now": now})
+    if retry_at is None:
+        return ClaimResult("settled")
+    return ClaimResult("busy", retry_at=retry_at)
+
+
+def renew_claims(
+    connection: Connection,
+    session_id: str,
+    *,
+    holder: str,
+    claims: Sequence[ClaimRef],
+    now: datetime,
+    expires_at: datetime,
+) -> RenewResult:
+    """Extend the claims still held by ``holder`` as their current attempt (SPEC §3)."""
+    current: dict[int, int] = {
+        idx: attempt_count
+        for idx, attempt_count in connection.execute(
+            CURRENT_ATTEMPTS, {"sid": session_id, "indexes": sorted({c.index for c in claims})}
+        )
+    }
+    superseded = {c.index for c in claims if c.index in current and current[c.index] > c.attempt}
+    candidates = sorted(
+        {(c.index, c.attempt) for c in claims if c.index in current and c.index not in superseded}
+    )
+    renewed: set[int] = set()
+    if candidates:
+        renewed = set(
+            connection.scalars(
+                RENEW,
+                {
+                    "sid": session_id,
+                    "claims": candidates,
+                    "holder": holder,
+                    "now": now,
+                    "expires_at": expires_at,
+                },
+            )
+        )
+    return RenewResult(renewed=sorted(renewed), superseded=sorted(superseded))

@@ -1,0 +1,187 @@
+"""What the operations share about event rows: lookups, inserts, idempotent replay."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, bindparam, exists, func, insert, select
+
+from a2sql.codec import canonical_json, encode_cause, stored_event
+from a2sql.errors import A2Error, ErrorCode
+from a2sql.records import EventCause, StoredEvent
+from a2sql.schema import events as E
+
+# Bound parameter lists stay far below SQLite's limit of 32766 variables.
+IN_CHUNK = 10_000
+MAX_INDEX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ValidEvent:
+    """A ``NewEvent`` that passed validation, with its payload encoded."""
+
+    type: str
+    payload_json: str
+    id: str | None
+    cause: EventCause | None
+    lane: str | None
+    settled: bool
+
+
+SESSION = bindparam("sid")
+
+EVENT_AT = select(E).where(E.c.session_id == SESSION, E.c.idx == bindparam("index"))
+
+EVENTS_BETWEEN = (
+    select(E)
+    .where(E.c.session_id == SESSION, E.c.idx > bindparam("after"), E.c.idx <= bindparam("through"))
+    .order_by(E.c.idx)
+)
+
+EVENTS_BY_ID = select(E).where(E.c.event_id.in_(bindparam("ids", expanding=True)))
+
+LAST_INDEX = select(func.coalesce(func.max(E.c.idx), 0)).where(E.c.session_id == SESSION)
+
+HAS_PENDING = select(
+    exists().where(E.c.session_id == SESSION, E.c.processed_at.is_(None))
+)
+
+SESSION_STATUS = select(
+    select(func.coalesce(func.max(E.c.idx), 0)).where(E.c.session_id == SESSION).scalar_subquery(),
+    exists().where(E.c.session_id == SESSION, E.c.processed_at.is_(None)),
+)
+
+PENDING_LANES = (
+    select(E.c.lane)
+    .where(
+        E.c.session_id == SESSION,
+        E.c.lane.in_(bindparam("lanes", expanding=True)),
+        E.c.processed_at.is_(None),
+    )
+    .distinct()
+)
+
+INSERT_EVENTS = insert(E)
+
+
+def events_by_id(connection: Connection, ids: Sequence[str]) -> dict[str, StoredEvent]:
+    """The stored events with these ids, in any session."""
+    found: dict[str, StoredEvent] = {}
+    for start in range(0, len(ids), IN_CHUNK):
+        chunk = list(ids[start : start + IN_CHUNK])
+        for row in connection.execute(EVENTS_BY_ID, {"ids": chunk}):
+            event = stored_event(row)
+            found[event.id] = event
+    return found
+
+
+def session_status(connection: Connection, session_id: str) -> tuple[int, bool]:
+    """The session's last index (0 when empty) and whether any event is unprocessed."""
+    last, pending = connection.execute(SESSION_STATUS, {"sid": session_id}).one()
+    return int(last), bool(pending)
+
+
+def insert_events(
+    connection: Connection,
+    session_id: str,
+    batch: Sequence[ValidEvent],
+    *,
+    first_index: int,
+    now: datetime,
+    new_id: Callable[[], str],
+) -> list[StoredEvent]:
+    """Insert ``batch`` at ``first_index …`` and return the stored events.
+
+    The caller holds the session's write lock. An event with a lane is ready
+    only if its lane has no unprocessed event, earlier events of the batch
+    included.
+    """
+    lanes = sorted({event.lane for event in batch if event.lane is not None})
+    busy_lanes: set[str] = set()
+    if lanes:
+        busy_lanes = set(
+            connection.scalars(PENDING_LANES, {"sid": session_id, "lanes": lanes})
+        )
+    rows = []
+    stored = []
+    for offset, event in enumerate(batch):
+        event_id = event.id if event.id is not None else new_id()
+        ready = event.lane is None or event.lane not in busy_lanes
+        if event.lane is not None and not event.settled:
+            busy_lanes.add(event.lane)
+        processed_at = now if event.settled else None
+        index = first_index + offset
+        rows.append(
+            {
+                "session_id": session_id,
+                "idx": index,
+                "event_type": event.type,
+                "payload": event.payload_json,
+                "event_id": event_id,
+                "created_at": now,
+                "cause": encode_cause(event.cause),
+                "lane": event.lane,
+                "lane_ready": ready,
+                "processed_at": processed_at,
+            }
+        )
+        stored.append(
+            StoredEvent(
+                id=event_id,
+                type=event.type,
+                payload=json.loads(event.payload_json),
+                index=index,
+                session_id=session_id,
+                created_at=now,
+                cause=event.cause,
+                lane=event.lane,
+                processed_at=processed_at,
+                processed_by_attempt=None,
+                returned_event_ids=None,
+                first_claimed_at=None,
+                last_claimed_at=None,
+                attempt_count=0,
+                failure_count=0,
+                last_failed_at=None,
+                last_failed_attempt=None,
+                last_error=None,
+                failed_at=None,
+                claim_holder=None,
+                claim_expires_at=None,
+            )
+        )
+    connection.execute(INSERT_EVENTS, rows)
+    return stored
+
+
+def replay(batch: Sequence[ValidEvent], stored: Sequence[StoredEvent]) -> list[StoredEvent]:
+    """The stored events of an idempotent replay, after checking they match the request.
+
+    ``stored`` is in the order of ``batch``. A different type, payload, lane
+    or cause is ``IDEMPOTENCY_CONFLICT``.
+    """
+    for requested, existing in zip(batch, stored, strict=True):
+        differs = [
+            name
+            for name, same in (
+                ("type", requested.type == existing.type),
+                (
+                    "payload",
+                    canonical_json(json.loads(requested.payload_json))
+                    == canonical_json(existing.payload),
+                ),
+                ("lane", requested.lane == existing.lane),
+                ("cause", requested.cause == existing.cause),
+            )
+            if not same
+        ]
+        if differs:
+            raise A2Error(
+                ErrorCode.IDEMPOTENCY_CONFLICT,
+                f"event {existing.id!r} was appended before with a different "
+                f"{', '.join(differs)}",
+            )
+    return list(stored)

@@ -1,0 +1,79 @@
+"""read_state, put_snapshot and list_snapshots."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Connection, bindparam, select
+
+from a2sql.codec import event_of, stored_event
+from a2sql.dialects import Dialect
+from a2sql.errors import invalid
+from a2sql.ops.events import EVENTS_BETWEEN, MAX_INDEX, SESSION, session_status
+from a2sql.records import Snapshot, SnapshotInfo, StateRead
+from a2sql.schema import snapshots as S
+
+SNAPSHOT_OF = select(S.c.up_to_index, S.c.state).where(
+    S.c.session_id == SESSION, S.c.reducer_name == bindparam("reducer")
+)
+
+SNAPSHOTS_OF_SESSION = (
+    select(S.c.reducer_name, S.c.up_to_index, S.c.updated_at)
+    .where(S.c.session_id == SESSION)
+    .order_by(S.c.reducer_name)
+)
+
+
+def read_state(connection: Connection, session_id: str, reducer_name: str) -> StateRead:
+    """The reducer's snapshot (or None) and every event after it, by index."""
+    row = connection.execute(
+        SNAPSHOT_OF, {"sid": session_id, "reducer": reducer_name}
+    ).one_or_none()
+    snapshot = None if row is None else Snapshot(index=row[0], state=row[1])
+    rows = connection.execute(
+        EVENTS_BETWEEN,
+        {
+            "sid": session_id,
+            "after": 0 if snapshot is None else snapshot.index,
+            "through": MAX_INDEX,
+        },
+    )
+    return StateRead(snapshot=snapshot, events=[event_of(stored_event(r)) for r in rows])
+
+
+def put_snapshot(
+    connection: Connection,
+    dialect: Dialect,
+    session_id: str,
+    reducer_name: str,
+    index: int,
+    state_json: str,
+    now: datetime,
+) -> None:
+    """Store the snapshot unless a stored one is at the same or a later index."""
+    last_index, _ = session_status(connection, session_id)
+    if index > last_index:
+        raise invalid(
+            "index",
+            f"must be at most the session's last index ({last_index}) "
+            f"for session {session_id!r}, got {index}",
+        )
+    connection.execute(
+        dialect.upsert_snapshot,
+        {
+            "session_id": session_id,
+            "reducer_name": reducer_name,
+            "up_to_index": index,
+            "state": state_json,
+            "updated_at": now,
+        },
+    )
+
+
+def list_snapshots(connection: Connection, session_id: str) -> list[SnapshotInfo]:
+    return [
+        SnapshotInfo(reducer_name=name, index=index, updated_at=updated_at)
+        for name, index, updated_at in connection.execute(
+            SNAPSHOTS_OF_SESSION, {"sid": session_id}
+        )
+    ]

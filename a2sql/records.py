@@ -1,0 +1,189 @@
+"""The values that go into and come out of a store: frozen dataclasses only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, TypeAlias
+
+JSON: TypeAlias = None | bool | int | float | str | list["JSON"] | dict[str, "JSON"]
+
+ClaimOutcome: TypeAlias = Literal["claimed", "busy", "settled"]
+CompleteOutcome: TypeAlias = Literal["completed", "superseded"]
+FailOutcome: TypeAlias = Literal["failed", "dead_lettered", "superseded"]
+
+
+@dataclass(frozen=True, slots=True)
+class EventCause:
+    """The attempt that caused an event: the event at ``index``, claimed as ``attempt``."""
+
+    index: int
+    attempt: int
+    batch_size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append. ``id`` defaults to a generated one; ``settled`` stores it processed."""
+
+    type: str
+    payload: JSON = None
+    id: str | None = None
+    cause: EventCause | None = None
+    lane: str | None = None
+    settled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An event as a reducer sees it."""
+
+    id: str
+    type: str
+    payload: JSON
+    index: int
+    session_id: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """An event with everything the store keeps about its processing."""
+
+    id: str
+    type: str
+    payload: JSON
+    index: int
+    session_id: str
+    created_at: datetime
+    cause: EventCause | None
+    lane: str | None
+    processed_at: datetime | None
+    processed_by_attempt: int | None
+    returned_event_ids: list[str] | None
+    first_claimed_at: datetime | None
+    last_claimed_at: datetime | None
+    attempt_count: int
+    failure_count: int
+    last_failed_at: datetime | None
+    last_failed_attempt: int | None
+    last_error: str | None
+    failed_at: datetime | None
+    claim_holder: str | None
+    claim_expires_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """A claim held by a worker: the event's index and the attempt it was claimed as."""
+
+    index: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """The appended (or replayed) events, and whether the session has unprocessed events."""
+
+    events: list[StoredEvent]
+    has_pending: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """``claimed`` with the events; ``busy`` with ``retry_at``; or ``settled``."""
+
+    outcome: ClaimOutcome
+    events: list[StoredEvent] = field(default_factory=list)
+    retry_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RenewResult:
+    """Indexes whose claims were extended, and indexes taken over by a later attempt."""
+
+    renewed: list[int]
+    superseded: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteResult:
+    """``completed`` with the appended events, or ``superseded`` with none."""
+
+    outcome: CompleteOutcome
+    events: list[StoredEvent] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class FailResult:
+    """The outcome of a failure report and the event's failure count after it."""
+
+    outcome: FailOutcome
+    failure_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A reducer's folded state up to ``index``."""
+
+    index: int
+    state: JSON
+
+
+@dataclass(frozen=True, slots=True)
+class StateRead:
+    """A reducer's snapshot (or ``None``) and every event after it."""
+
+    snapshot: Snapshot | None
+    events: list[Event]
+
+
+@dataclass(frozen=True, slots=True)
+class PresenceEntry:
+    """One live presence field of a participant."""
+
+    participant: str
+    field: str
+    value: JSON
+    seen: int
+    at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """Counts and times of one session, for operators."""
+
+    session_id: str
+    event_count: int
+    pending_count: int
+    failed_count: int
+    attempt_count: int
+    failure_count: int
+    first_event_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPage:
+    """A page of sessions; ``cursor`` is the last id shown when more follow, else ``None``."""
+
+    sessions: list[SessionSummary]
+    cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    """A page of events and the ``through_index`` it was capped at."""
+
+    events: list[StoredEvent]
+    through_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """A stored snapshot's reducer, index and time of writing."""
+
+    reducer_name: str
+    index: int
+    updated_at: datetime

@@ -1,0 +1,106 @@
+"""The one declaration of a2sql's tables and indexes, for every engine (SPEC §5).
+
+On SQLite this is exactly the seed's DDL (``../shared/seed/store-sqlite.ts``):
+same names, same column order, strict tables, so that a database file
+written by either store can be opened by the other.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Index, MetaData, Table, Text, false, text
+
+from a2sql.types import BigInt, Flag, JSONText, KeyText, Timestamp
+
+metadata = MetaData()
+
+# The predicates of the partial indexes. Queries that want these indexes
+# must spell the same conditions with literals, never bound parameters, or
+# the planner cannot prove the index applies.
+UNPROCESSED = "processed_at is null"
+DISPATCHABLE_SQLITE = "lane_ready = 1 and processed_at is null and failed_at is null"
+DISPATCHABLE_POSTGRES = "lane_ready and processed_at is null and failed_at is null"
+
+events = Table(
+    "a2_events",
+    metadata,
+    Column("session_id", KeyText, nullable=False, primary_key=True),
+    Column("idx", BigInt, nullable=False, primary_key=True),
+    Column("event_type", KeyText, nullable=False),
+    Column("payload", JSONText, nullable=False),
+    Column("event_id", KeyText, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    Column("cause", Text),
+    Column("lane", KeyText),
+    Column("lane_ready", Flag, nullable=False, server_default=false()),
+    Column("processed_at", Timestamp),
+    Column("processed_by_attempt", BigInt),
+    Column("returned_event_ids", Text),
+    Column("first_claimed_at", Timestamp),
+    Column("last_claimed_at", Timestamp),
+    Column("attempt_count", BigInt, nullable=False, server_default=text("0")),
+    Column("failure_count", BigInt, nullable=False, server_default=text("0")),
+    Column("last_failed_at", Timestamp),
+    Column("last_failed_attempt", BigInt),
+    Column("last_error", Text),
+    Column("failed_at", Timestamp),
+    Column("claim_holder", KeyText),
+    Column("claim_expires_at", Timestamp),
+    sqlite_strict=True,
+)
+
+Index("a2_events_event_id", events.c.event_id, unique=True)
+Index(
+    "a2_events_unprocessed",
+    events.c.session_id,
+    events.c.idx,
+    sqlite_where=text(UNPROCESSED),
+    postgresql_where=text(UNPROCESSED),
+)
+Index(
+    "a2_events_lane_pending",
+    events.c.session_id,
+    events.c.lane,
+    events.c.idx,
+    sqlite_where=text(UNPROCESSED),
+    postgresql_where=text(UNPROCESSED),
+)
+Index(
+    "a2_events_dispatch_ready",
+    events.c.session_id,
+    events.c.idx,
+    sqlite_where=text(DISPATCHABLE_SQLITE),
+    postgresql_where=text(DISPATCHABLE_POSTGRES),
+)
+Index(
+    "a2_events_claim_expiry",
+    events.c.session_id,
+    events.c.claim_expires_at,
+    sqlite_where=text(DISPATCHABLE_SQLITE),
+    postgresql_where=text(DISPATCHABLE_POSTGRES),
+)
+
+snapshots = Table(
+    "a2_snapshots",
+    metadata,
+    Column("session_id", KeyText, nullable=False, primary_key=True),
+    Column("reducer_name", KeyText, nullable=False, primary_key=True),
+    Column("up_to_index", BigInt, nullable=False),
+    Column("state", JSONText, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+    sqlite_strict=True,
+)
+
+presence = Table(
+    "a2_presence",
+    metadata,
+    Column("ns", KeyText, nullable=False, primary_key=True),
+    Column("participant", KeyText, nullable=False, primary_key=True),
+    Column("field", KeyText, nullable=False, primary_key=True),
+    Column("value", JSONText, nullable=False),
+    Column("seen", BigInt, nullable=False),
+    Column("at", Timestamp, nullable=False),
+    Column("expires_at", Timestamp, nullable=False),
+    sqlite_strict=True,
+)
+
+TABLE_NAMES = ("a2_events", "a2_snapshots", "a2_presence")

@@ -1,0 +1,103 @@
+"""Column types that differ per engine (SPEC §5).
+
+SQLite keeps the seed's DDL (strict tables: integers and text only);
+PostgreSQL gets native types. In Python a column has one representation on
+every engine: timestamps are aware UTC datetimes, JSON columns are bound as
+already-encoded text and read back as Python values.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import BigInteger, Boolean, Integer, Text
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
+from sqlalchemy.sql.expression import cast
+from sqlalchemy.types import TypeDecorator, TypeEngine, UserDefinedType
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# Text keys (session ids, lanes, names): byte order on PostgreSQL, so that
+# ordering and range seeks are by code point as they are on SQLite.
+KeyText = Text().with_variant(postgresql.TEXT(collation="C"), "postgresql")
+
+# Indexes and counters can outgrow 32 bits; SQLite's strict tables only know
+# INTEGER (which is 64-bit there anyway).
+BigInt = BigInteger().with_variant(Integer(), "sqlite")
+
+# lane_ready: the seed stores 0/1 in an integer column.
+Flag = Boolean().with_variant(Integer(), "sqlite")
+
+
+def to_millis(value: datetime) -> int:
+    """Epoch milliseconds of an aware datetime, truncated."""
+    delta = value - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def from_millis(millis: int) -> datetime:
+    """The aware UTC datetime of epoch milliseconds."""
+    return EPOCH + timedelta(milliseconds=millis)
+
+
+class Timestamp(TypeDecorator[datetime]):
+    """Integer epoch milliseconds on SQLite, ``timestamptz`` on PostgreSQL."""
+
+    impl = Integer
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(postgresql.TIMESTAMP(timezone=True))
+        return dialect.type_descriptor(Integer())
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None or dialect.name == "postgresql":
+            return value
+        return to_millis(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, datetime):
+            return value.astimezone(UTC)
+        return from_millis(value)
+
+
+class _PostgresJSON(UserDefinedType[str]):
+    """PostgreSQL ``json`` (not ``jsonb``: it keeps ``\\u0000`` and ``-0.0``)."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "JSON"
+
+    def bind_expression(self, bindvalue: BindParameter[str]) -> ColumnElement[str]:
+        # The value arrives already encoded; the cast turns the text into json.
+        return cast(bindvalue, postgresql.JSON)
+
+
+class JSONText(TypeDecorator[Any]):
+    """A JSON document: text on SQLite, ``json`` on PostgreSQL.
+
+    Bind values are JSON text encoded by the caller (validation encodes once
+    and measures the size of that text); results are decoded values.
+    """
+
+    impl = Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(_PostgresJSON())
+        return dialect.type_descriptor(Text())
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        # psycopg decodes json columns itself; SQLite hands back the text.
+        if isinstance(value, str) and dialect.name != "postgresql":
+            return json.loads(value)
+        return value

@@ -1,0 +1,152 @@
+"""Input checks, identical on every engine (SPEC §4).
+
+Everything is checked before a transaction opens, so a rejected call writes
+nothing. JSON values are encoded here, once: the text that was measured
+against the size limit is the text that is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from a2sql.errors import invalid
+
+MAX_NAME_LENGTH = 255
+MAX_JSON_DEPTH = 256
+DEFAULT_MAX_JSON_CHARS = 1024 * 1024
+MAX_LIMIT = 1000
+# Python refuses to print integers past 4300 digits; stay well inside.
+MAX_JSON_INT_BITS = 13_000
+INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Configurable bounds on what a store accepts."""
+
+    max_json_chars: int = DEFAULT_MAX_JSON_CHARS
+
+
+def _check_text(value: str, argument: str) -> None:
+    if "\x00" in value:
+        raise invalid(argument, "must not contain a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise invalid(argument, "must not contain a lone surrogate") from None
+
+
+def name(value: object, argument: str) -> str:
+    """A session id, event id, type, lane, holder, reducer name, namespace, participant or field."""
+    if not isinstance(value, str):
+        raise invalid(argument, f"must be a str, got {type(value).__name__}")
+    if not value:
+        raise invalid(argument, "must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise invalid(argument, f"must be at most {MAX_NAME_LENGTH} characters, got {len(value)}")
+    _check_text(value, argument)
+    return value
+
+
+def optional_name(value: object, argument: str) -> str | None:
+    return None if value is None else name(value, argument)
+
+
+def text(value: object, argument: str, limits: Limits) -> str:
+    """Free text such as an error message: any length up to the JSON size limit."""
+    if not isinstance(value, str):
+        raise invalid(argument, f"must be a str, got {type(value).__name__}")
+    _check_text(value, argument)
+    if len(value) > limits.max_json_chars:
+        raise invalid(argument, f"must be at most {limits.max_json_chars} characters")
+    return value
+
+
+def integer(value: object, argument: str, *, minimum: int, maximum: int = INT64_MAX) -> int:
+    """An ``int`` (never a ``bool``) within ``minimum..maximum``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(argument, f"must be an int, got {type(value).__name__}")
+    if value < minimum or value > maximum:
+        raise invalid(argument, f"must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def limit(value: object, argument: str = "limit") -> int:
+    return integer(value, argument, minimum=1, maximum=MAX_LIMIT)
+
+
+def aware_datetime(value: object, argument: str) -> datetime:
+    if not isinstance(value, datetime):
+        raise invalid(argument, f"must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise invalid(argument, "must be timezone-aware")
+    return value
+
+
+def _check_json(value: object, argument: str, depth: int) -> None:
+    if value is None or isinstance(value, bool | str):
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise invalid(argument, "holds a string with a lone surrogate") from None
+        return
+    if isinstance(value, int):
+        if value.bit_length() > MAX_JSON_INT_BITS:
+            raise invalid(argument, "holds an integer too large to store")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise invalid(argument, f"holds a non-finite float ({value})")
+        return
+    if depth >= MAX_JSON_DEPTH:
+        raise invalid(argument, f"is nested deeper than {MAX_JSON_DEPTH} levels")
+    if type(value) is list:
+        for item in value:
+            _check_json(item, argument, depth + 1)
+        return
+    if type(value) is dict:
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise invalid(argument, f"has a non-str object key ({type(key).__name__})")
+            try:
+                key.encode("utf-8")
+            except UnicodeEncodeError:
+                raise invalid(argument, "has an object key with a lone surrogate") from None
+            _check_json(item, argument, depth + 1)
+        return
+    raise invalid(argument, f"is not JSON: holds a {type(value).__name__}")
+
+
+def encode_json(value: Any) -> str:
+    """The stored text of a valid JSON value: compact, key order kept, non-ASCII as is."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def json_value(value: object, argument: str, limits: Limits) -> str:
+    """Check that ``value`` is JSON (SPEC §4) and return its encoded text."""
+    _check_json(value, argument, 0)
+    encoded = encode_json(value)
+    if len(encoded) > limits.max_json_chars:
+        raise invalid(
+            argument, f"encodes to {len(encoded)} characters, over the {limits.max_json_chars} limit"
+        )
+    return encoded
+
+
+def sequence(value: object, argument: str) -> Sequence[Any]:
+    """A list or tuple argument (not a str, not a mapping)."""
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
+        raise invalid(argument, f"must be a list, got {type(value).__name__}")
+    return value
+
+
+def mapping(value: object, argument: str) -> Mapping[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise invalid(argument, f"must be a dict, got {type(value).__name__}")
+    return value

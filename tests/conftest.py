@@ -1,0 +1,138 @@
+"""One fixture family for every engine: SQLite file, SQLite memory, PostgreSQL.
+
+PostgreSQL comes from ``A2SQL_TEST_POSTGRES_URL``; else from testcontainers
+when a Docker engine answers; else its tests skip, saying why. With
+``CI=true`` a PostgreSQL test that cannot run fails instead of skipping.
+Each PostgreSQL test gets a schema of its own, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import URL, create_engine, make_url, text
+
+import a2sql
+from a2sql.config import resolve_url
+from a2sql.testing import FakeClock
+
+ENGINES = ("sqlite_file", "sqlite_memory", "postgres")
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _unavailable(reason: str) -> None:
+    if _in_ci():
+        pytest.fail(f"PostgreSQL is required in CI (CI=true) but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[URL | str]:
+    """The URL of a PostgreSQL server for tests, or the reason there is none (a str)."""
+    env_url = os.environ.get("A2SQL_TEST_POSTGRES_URL")
+    if env_url:
+        yield resolve_url(env_url)
+        return
+    if not _docker_answers():
+        yield (
+            "no PostgreSQL: A2SQL_TEST_POSTGRES_URL is unset and no Docker engine answers "
+            "for testcontainers"
+        )
+        return
+    from testcontainers.postgres import PostgresContainer  # type: ignore[import-untyped]
+
+    with PostgresContainer("postgres:16-alpine", driver="psycopg") as container:
+        yield resolve_url(container.get_connection_url())
+
+
+@pytest.fixture
+def postgres_url(postgres_server: URL | str) -> Iterator[str]:
+    """A URL whose connections live in a fresh schema of their own, dropped after the test."""
+    if isinstance(postgres_server, str):
+        _unavailable(postgres_server)
+        raise AssertionError("unreachable")
+    schema = f"a2test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(postgres_server)
+    try:
+        with admin.begin() as connection:
+            connection.execute(text(f'create schema "{schema}"'))
+    except Exception as error:  # the server is down or refuses us
+        admin.dispose()
+        _unavailable(f"PostgreSQL at {postgres_server.render_as_string()} failed: {error}")
+    url = postgres_server.update_query_dict({"options": f"-csearch_path={schema}"})
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as connection:
+            connection.execute(text(f'drop schema if exists "{schema}" cascade'))
+        admin.dispose()
+
+
+@pytest.fixture(params=ENGINES)
+def engine_kind(request: pytest.FixtureRequest) -> str:
+    """Which engine a test runs on; every store test runs on each."""
+    return str(request.param)
+
+
+@pytest.fixture
+def db_url(engine_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A URL of an empty database of ``engine_kind``."""
+    if engine_kind == "sqlite_file":
+        return f"sqlite:///{tmp_path / 'a2.db'}"
+    if engine_kind == "sqlite_memory":
+        return "sqlite://"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(db_url: str, clock: FakeClock) -> Iterator[a2sql.Store]:
+    """A migrated store on each engine, with a fake clock."""
+    with a2sql.create_store(db_url, clock=clock, migrate=True) as opened:
+        yield opened
+
+
+@pytest.fixture
+def open_store(
+    db_url: str, engine_kind: str, clock: FakeClock
+) -> Iterator[Callable[..., a2sql.Store]]:
+    """Open further stores on the same database as ``store`` (not for SQLite memory)."""
+    opened: list[a2sql.Store] = []
+
+    def _open(**kwargs: object) -> a2sql.Store:
+        if engine_kind == "sqlite_memory":
+            pytest.skip("a SQLite memory database belongs to one store")
+        kwargs.setdefault("clock", clock)
+        kwargs.setdefault("migrate", True)
+        new = a2sql.create_store(db_url, **kwargs)  # type: ignore[arg-type]
+        opened.append(new)
+        return new
+
+    yield _open
+    for each in opened:
+        each.close()
+
+
+def backend_of(url: str) -> str:
+    return make_url(url).get_backend_name()
