@@ -60,18 +60,16 @@ def decode_ids(text: str | None, where: str) -> list[str] | None:
     except ValueError:
         value = None
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise A2Error(
-            ErrorCode.CORRUPT_RECORD, f"{where} has invalid returned event ids: {text!r}"
-        )
+        raise A2Error(ErrorCode.CORRUPT_RECORD, f"{where} has invalid returned event ids: {text!r}")
     return value
 
 
 def canonical_json(value: JSON) -> str:
-    """A text that is equal for equal JSON values, types kept (``1``, ``1.0`` and ``true`` differ)."""
+    """Equal for equal JSON values, types kept: ``1``, ``1.0`` and ``true`` differ."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def stored_event(row: Row[Any]) -> StoredEvent:
+def stored_event(row: Row[Any] | tuple[Any, ...]) -> StoredEvent:
     """A full ``a2_events`` row (every column, in table order) as a ``StoredEvent``."""
     (
         session_id,
@@ -96,7 +94,7 @@ def stored_event(row: Row[Any]) -> StoredEvent:
         failed_at,
         claim_holder,
         claim_expires_at,
-    ) = row
+    ) = tuple(row)
     where = f"event {idx} of session {session_id!r}"
     return StoredEvent(
         id=event_id,

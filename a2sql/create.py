@@ -34,8 +34,10 @@ def create_store(
     """
     if migrate is not None and not isinstance(migrate, bool):
         raise invalid("migrate", "must be True, False or None")
-    if isinstance(max_json_chars, bool) or not isinstance(max_json_chars, int) or (
-        max_json_chars < 1
+    if (
+        isinstance(max_json_chars, bool)
+        or not isinstance(max_json_chars, int)
+        or (max_json_chars < 1)
     ):
         raise invalid("max_json_chars", "must be a positive int")
     if isinstance(url, Engine):

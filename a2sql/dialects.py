@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Insert
 
-from a2sql.schema import events, presence, snapshots
+from a2sql.schema import presence, snapshots
 from a2sql.types import Timestamp
 
 # Class id of a2sql's session locks in PostgreSQL's two-key advisory lock
@@ -109,6 +109,3 @@ def dialect_named(name: str) -> Dialect:
 
 def dialect_for(engine: Engine) -> Dialect:
     return dialect_named(engine.dialect.name)
-
-
-

@@ -63,11 +63,36 @@ def lock_for_migration(connection: Connection) -> None:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Upgrade (or move) the schema to ``revision`` in one locked transaction."""
+    """Upgrade the schema to ``revision`` (default: the newest) in one locked transaction."""
+    move_to(engine, revision)
+
+
+def database_revision(engine: Engine) -> str | None:
+    """The revision the database is at, read without changing anything."""
+    with engine.connect().execution_options(**{READ_ONLY: True}) as connection, connection.begin():
+        return current_revision(connection)
+
+
+def move_to(engine: Engine, revision: str = "head") -> str | None:
+    """Upgrade, or downgrade when ``revision`` is below the current one; return where it ends."""
+    script = ScriptDirectory.from_config(alembic_config())
+    target = script.get_revision(revision)
     with engine.begin() as connection:
         lock_for_migration(connection)
         _adopt_seed_database(connection)
-        command.upgrade(alembic_config(connection), revision)
+        found = current_revision(connection)
+        below = revision == "base" or (
+            found is not None
+            and target is not None
+            and target.revision != found
+            and target.revision in {r.revision for r in script.iterate_revisions(found, "base")}
+        )
+        config = alembic_config(connection)
+        if below:
+            command.downgrade(config, revision)
+        else:
+            command.upgrade(config, revision)
+        return current_revision(connection)
 
 
 def stamp(connection: Connection, revision: str) -> None:
@@ -80,10 +105,9 @@ def ensure_schema(engine: Engine, *, upgrade_allowed: bool) -> None:
     Raises ``A2Error(SCHEMA_MISMATCH)`` when it is not and cannot be.
     """
     head = head_revision()
-    with engine.connect().execution_options(**{READ_ONLY: True}) as connection:
-        with connection.begin():
-            found = current_revision(connection)
-            seed_tables = found is None and _has_a2_tables(connection)
+    with engine.connect().execution_options(**{READ_ONLY: True}) as connection, connection.begin():
+        found = current_revision(connection)
+        seed_tables = found is None and _has_a2_tables(connection)
     if found == head:
         return
     if found is not None and found not in known_revisions():
@@ -154,8 +178,7 @@ def sqlite_schema_signature(connection: Connection) -> dict[str, Any]:
     """Every a2 table's columns, STRICT flag and indexes, comparable across databases."""
     signature: dict[str, Any] = {}
     strict = {
-        row[1]: bool(row[5])
-        for row in connection.exec_driver_sql("pragma table_list").fetchall()
+        row[1]: bool(row[5]) for row in connection.exec_driver_sql("pragma table_list").fetchall()
     }
     for table in TABLE_NAMES:
         if table not in strict:
@@ -173,8 +196,7 @@ def sqlite_schema_signature(connection: Connection) -> dict[str, Any]:
             if origin == "pk":
                 continue
             index_columns = [
-                row[2]
-                for row in connection.exec_driver_sql(f"pragma index_info({index_name})")
+                row[2] for row in connection.exec_driver_sql(f"pragma index_info({index_name})")
             ]
             sql = connection.exec_driver_sql(
                 "select sql from sqlite_master where type = 'index' and name = ?", (index_name,)
@@ -215,7 +237,7 @@ def describe_difference(expected: dict[str, Any], found: dict[str, Any]) -> str:
             return f"table {table} is unexpected"
         for key in ("strict", "columns", "indexes"):
             if want[key] != have[key]:
-                return f"table {table} differs in {key}: expected {want[key]!r}, found {have[key]!r}"
+                return (
+                    f"table {table} differs in {key}: expected {want[key]!r}, found {have[key]!r}"
+                )
     return "no difference"
-
-

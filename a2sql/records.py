@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, TypeAlias
 
-JSON: TypeAlias = None | bool | int | float | str | list["JSON"] | dict[str, "JSON"]
+JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
 
 ClaimOutcome: TypeAlias = Literal["claimed", "busy", "settled"]
 CompleteOutcome: TypeAlias = Literal["completed", "superseded"]

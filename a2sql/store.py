@@ -20,8 +20,8 @@ from a2sql.errors import DRIVER_FAILURES, A2Error, ErrorCode, from_driver_error,
 from a2sql.ops import append as append_ops
 from a2sql.ops import attempts, inspect
 from a2sql.ops import claims as claim_ops
-from a2sql.ops import state as state_ops
 from a2sql.ops import presence as presence_ops
+from a2sql.ops import state as state_ops
 from a2sql.ops.events import ValidEvent
 from a2sql.records import (
     JSON,
@@ -88,9 +88,9 @@ class Store:
         return truncate_ms(value)
 
     @contextmanager
-    def _transaction(self, session_id: str | None = None, *, read_only: bool = False) -> Iterator[
-        Connection
-    ]:
+    def _transaction(
+        self, session_id: str | None = None, *, read_only: bool = False
+    ) -> Iterator[Connection]:
         """One transaction; a write on a session first takes that session's lock."""
         if self._closed:
             raise A2Error(ErrorCode.STORE_UNAVAILABLE, "the store is closed")
@@ -140,11 +140,11 @@ class Store:
             )
         return valid
 
-    def _expiry(
-        self, now: datetime, ttl_ms: int, expires_at: datetime | None
-    ) -> datetime:
-        return truncate_ms(expires_at) if expires_at is not None else now + timedelta(
-            milliseconds=ttl_ms
+    def _expiry(self, now: datetime, ttl_ms: int, expires_at: datetime | None) -> datetime:
+        return (
+            truncate_ms(expires_at)
+            if expires_at is not None
+            else now + timedelta(milliseconds=ttl_ms)
         )
 
     # --- the contract ---------------------------------------------------------
@@ -224,7 +224,9 @@ class Store:
         refs = validate.sequence(claims, "claims")
         for position, ref in enumerate(refs):
             if not isinstance(ref, ClaimRef):
-                raise invalid(f"claims[{position}]", f"must be a ClaimRef, got {type(ref).__name__}")
+                raise invalid(
+                    f"claims[{position}]", f"must be a ClaimRef, got {type(ref).__name__}"
+                )
             validate.integer(ref.index, f"claims[{position}].index", minimum=1)
             validate.integer(ref.attempt, f"claims[{position}].attempt", minimum=1)
         if not refs:
@@ -309,8 +311,10 @@ class Store:
         """Every event after ``start_after``, then new ones as they are appended, until closed."""
         validate.name(session_id, "session_id")
         validate.integer(start_after, "start_after", minimum=0)
-        if isinstance(poll_interval, bool) or not isinstance(poll_interval, int | float) or not (
-            poll_interval > 0
+        if (
+            isinstance(poll_interval, bool)
+            or not isinstance(poll_interval, int | float)
+            or not (poll_interval > 0)
         ):
             raise invalid("poll_interval", "must be a positive number of seconds")
         return EventStream(self, session_id, start_after=start_after, poll_interval=poll_interval)
@@ -341,7 +345,6 @@ class Store:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
 
 
 def _valid_cause(cause: object, where: str) -> None:
@@ -380,9 +383,9 @@ class Presence:
         encoded = [
             (
                 validate.name(field, "values key"),
-                None if value is None else validate.json_value(
-                    value, f"values[{field!r}]", store._limits
-                ),
+                None
+                if value is None
+                else validate.json_value(value, f"values[{field!r}]", store._limits),
             )
             for field, value in fields.items()
         ]

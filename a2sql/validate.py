@@ -134,7 +134,8 @@ def json_value(value: object, argument: str, limits: Limits) -> str:
     encoded = encode_json(value)
     if len(encoded) > limits.max_json_chars:
         raise invalid(
-            argument, f"encodes to {len(encoded)} characters, over the {limits.max_json_chars} limit"
+            argument,
+            f"encodes to {len(encoded)} characters, over the {limits.max_json_chars} limit",
         )
     return encoded
 

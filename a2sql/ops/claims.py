@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import bindparam, func, or_, select, true, tuple_, update
-from sqlalchemy import Connection
+from sqlalchemy import Connection, bindparam, func, or_, select, true, tuple_, update
 
 from a2sql.codec import stored_event
 from a2sql.ops.events import SESSION

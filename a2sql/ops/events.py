@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, exists, func, insert, select
+from sqlalchemy import BindParameter, Connection, bindparam, exists, func, insert, select
 
 from a2sql.codec import canonical_json, encode_cause, stored_event
 from a2sql.errors import A2Error, ErrorCode
@@ -31,7 +31,7 @@ class ValidEvent:
     settled: bool
 
 
-SESSION = bindparam("sid")
+SESSION: BindParameter[str] = bindparam("sid")
 
 EVENT_AT = select(E).where(E.c.session_id == SESSION, E.c.idx == bindparam("index"))
 
@@ -45,9 +45,7 @@ EVENTS_BY_ID = select(E).where(E.c.event_id.in_(bindparam("ids", expanding=True)
 
 LAST_INDEX = select(func.coalesce(func.max(E.c.idx), 0)).where(E.c.session_id == SESSION)
 
-HAS_PENDING = select(
-    exists().where(E.c.session_id == SESSION, E.c.processed_at.is_(None))
-)
+HAS_PENDING = select(exists().where(E.c.session_id == SESSION, E.c.processed_at.is_(None)))
 
 SESSION_STATUS = select(
     select(func.coalesce(func.max(E.c.idx), 0)).where(E.c.session_id == SESSION).scalar_subquery(),
@@ -102,9 +100,7 @@ def insert_events(
     lanes = sorted({event.lane for event in batch if event.lane is not None})
     busy_lanes: set[str] = set()
     if lanes:
-        busy_lanes = set(
-            connection.scalars(PENDING_LANES, {"sid": session_id, "lanes": lanes})
-        )
+        busy_lanes = set(connection.scalars(PENDING_LANES, {"sid": session_id, "lanes": lanes}))
     rows = []
     stored = []
     for offset, event in enumerate(batch):
@@ -181,7 +177,6 @@ def replay(batch: Sequence[ValidEvent], stored: Sequence[StoredEvent]) -> list[S
         if differs:
             raise A2Error(
                 ErrorCode.IDEMPOTENCY_CONFLICT,
-                f"event {existing.id!r} was appended before with a different "
-                f"{', '.join(differs)}",
+                f"event {existing.id!r} was appended before with a different {', '.join(differs)}",
             )
     return list(stored)

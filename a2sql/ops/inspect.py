@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import sys
 from functools import cache
+from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, case, func, literal_column, select
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Connection,
+    Select,
+    bindparam,
+    case,
+    func,
+    literal_column,
+    select,
+)
 
 from a2sql.codec import stored_event
 from a2sql.dialects import Dialect
@@ -20,8 +31,8 @@ PAGE = (
     .limit(bindparam("limit"))
 )
 
-_ONE = literal_column("1")
-_ZERO = literal_column("0")
+_ONE: ColumnElement[int] = literal_column("1")
+_ZERO: ColumnElement[int] = literal_column("0")
 
 
 def prefix_successor(prefix: str) -> str | None:
@@ -41,9 +52,9 @@ def prefix_successor(prefix: str) -> str | None:
 
 
 @cache
-def _summaries(dialect: Dialect, strict_lower: bool, bounded: bool) -> Select[tuple[object, ...]]:
+def _summaries(dialect: Dialect, strict_lower: bool, bounded: bool) -> Select[Any]:
     key = E.c.session_id
-    lower = bindparam("lower")
+    lower: BindParameter[str] = bindparam("lower")
     statement = select(
         key,
         func.count(),

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, delete, select
+from sqlalchemy import BindParameter, Connection, bindparam, delete, select
 
 from a2sql.dialects import Dialect
 from a2sql.records import PresenceEntry
 from a2sql.schema import presence as P
 from a2sql.types import Timestamp
 
-NS = bindparam("ns")
+NS: BindParameter[str] = bindparam("ns")
 NOW = bindparam("now", type_=Timestamp())
 
 DELETE_FIELD = delete(P).where(

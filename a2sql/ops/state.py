@@ -73,7 +73,5 @@ def put_snapshot(
 def list_snapshots(connection: Connection, session_id: str) -> list[SnapshotInfo]:
     return [
         SnapshotInfo(reducer_name=name, index=index, updated_at=updated_at)
-        for name, index, updated_at in connection.execute(
-            SNAPSHOTS_OF_SESSION, {"sid": session_id}
-        )
+        for name, index, updated_at in connection.execute(SNAPSHOTS_OF_SESSION, {"sid": session_id})
     ]
