@@ -97,6 +97,8 @@ def insert_events(
     only if its lane has no unprocessed event, earlier events of the batch
     included.
     """
+    if not batch:
+        return []
     lanes = sorted({event.lane for event in batch if event.lane is not None})
     busy_lanes: set[str] = set()
     if lanes:
