@@ -1,0 +1,284 @@
+"""On SQLite the DDL is the seed's (SPEC §5): a file of either store opens in the other.
+
+The seed's ``SCHEMA`` text is read from ``store-sqlite.ts`` at test time, so a
+change on either side shows up here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine
+
+import a2sql
+from a2sql import A2Error, ErrorCode
+from a2sql import migrate as migrations
+
+REPO = Path(__file__).resolve().parents[1]
+SEED_CANDIDATES = (
+    Path("/work/shared/seed/store-sqlite.ts"),
+    REPO.parent / "shared" / "seed" / "store-sqlite.ts",
+)
+VERSION_TABLE = "a2sql_alembic_version"
+ALEMBIC = Path(sys.executable).parent / "alembic"
+
+
+def seed_schema() -> str:
+    """The seed's ``SCHEMA`` template literal, or skip saying where it was looked for."""
+    for candidate in SEED_CANDIDATES:
+        if candidate.is_file():
+            source = candidate.read_text(encoding="utf-8")
+            match = re.search(r"const SCHEMA = `(.*?)`", source, re.DOTALL)
+            assert match, f"{candidate} has no `const SCHEMA = \\`...\\`` literal"
+            return match.group(1)
+    pytest.skip(
+        "the seed store-sqlite.ts is absent (looked in "
+        + ", ".join(str(candidate) for candidate in SEED_CANDIDATES)
+        + "); cannot compare the DDL with it"
+    )
+
+
+def seed_database(path: Path, ddl: str | None = None) -> None:
+    """A SQLite file created the way the seed's store creates one."""
+    connection = sqlite3.connect(path)
+    try:
+        connection.executescript(ddl if ddl is not None else seed_schema())
+    finally:
+        connection.close()
+
+
+def migrated_database(path: Path, cwd: Path) -> None:
+    """A SQLite file created by ``alembic upgrade head``."""
+    result = subprocess.run(
+        [
+            str(ALEMBIC),
+            "-c",
+            str(REPO / "alembic.ini"),
+            "-x",
+            f"url=sqlite:///{path}",
+            "upgrade",
+            "head",
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def _where(sql: str | None) -> str | None:
+    match = re.search(r"\bwhere\b(.*)$", sql or "", re.IGNORECASE | re.DOTALL)
+    return re.sub(r"\s+", " ", match.group(1)).strip().lower() if match else None
+
+
+def describe(connection: sqlite3.Connection) -> dict[str, Any]:
+    """Every table but the version table: columns, STRICT flag, indexes; plus other objects."""
+    described: dict[str, Any] = {}
+    for _schema, table, kind, _ncol, _wr, strict in connection.execute(
+        "pragma main.table_list"
+    ).fetchall():
+        if table.startswith("sqlite_") or table == VERSION_TABLE:
+            continue
+        columns = [
+            (name, decl.lower(), bool(notnull), default, pk, hidden)
+            for _cid, name, decl, notnull, default, pk, hidden in connection.execute(
+                f"pragma table_xinfo({table})"
+            )
+        ]
+        indexes = {}
+        for _seq, index, unique, origin, partial in connection.execute(
+            f"pragma index_list({table})"
+        ).fetchall():
+            keys = [
+                (name, bool(desc), collation)
+                for _seqno, _cid, name, desc, collation, key in connection.execute(
+                    f"pragma index_xinfo({index})"
+                )
+                if key
+            ]
+            sql = connection.execute(
+                "select sql from sqlite_master where type = 'index' and name = ?", (index,)
+            ).fetchone()[0]
+            indexes[index] = {
+                "columns": keys,
+                "unique": bool(unique),
+                "origin": origin,
+                "partial": bool(partial),
+                "where": _where(sql),
+            }
+        described[table] = {
+            "kind": kind,
+            "strict": bool(strict),
+            "columns": columns,
+            "indexes": indexes,
+        }
+    others = connection.execute(
+        "select type, name, tbl_name from sqlite_master "
+        "where type in ('trigger', 'view') and tbl_name != ?",
+        (VERSION_TABLE,),
+    ).fetchall()
+    described["<triggers and views>"] = sorted(others)
+    return described
+
+
+@pytest.fixture
+def seed_file(tmp_path: Path) -> Path:
+    path = tmp_path / "seed.db"
+    seed_database(path)
+    return path
+
+
+@pytest.fixture
+def alembic_file(tmp_path: Path) -> Path:
+    path = tmp_path / "alembic.db"
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    migrated_database(path, cwd)
+    return path
+
+
+@pytest.fixture
+def connect() -> Iterator[Any]:
+    opened: list[sqlite3.Connection] = []
+
+    def _connect(path: Path) -> sqlite3.Connection:
+        connection = sqlite3.connect(path)
+        opened.append(connection)
+        return connection
+
+    yield _connect
+    for connection in opened:
+        connection.close()
+
+
+def test_migrated_sqlite_schema_equals_the_seed_ddl(
+    seed_file: Path, alembic_file: Path, connect: Any
+) -> None:
+    """`alembic upgrade head` on SQLite yields the seed's tables, columns and indexes."""
+    seed, ours = describe(connect(seed_file)), describe(connect(alembic_file))
+    assert set(ours) == set(seed)
+    for table in seed:
+        assert ours[table] == seed[table], f"table {table} differs from the seed's"
+
+
+def test_seed_ddl_has_strict_tables_and_partial_indexes(seed_file: Path, connect: Any) -> None:
+    """The comparison is not vacuous: the seed has strict tables and partial indexes."""
+    seed = describe(connect(seed_file))
+    assert {"a2_events", "a2_snapshots", "a2_presence"} <= set(seed)
+    assert all(seed[table]["strict"] for table in ("a2_events", "a2_snapshots", "a2_presence"))
+    events = seed["a2_events"]
+    assert events["indexes"]["a2_events_dispatch_ready"]["where"] == (
+        "lane_ready = 1 and processed_at is null and failed_at is null"
+    )
+    assert events["indexes"]["a2_events_event_id"]["unique"]
+    assert [column[0] for column in events["columns"]][:2] == ["session_id", "idx"]
+
+
+def test_sqlite_schema_signature_agrees_for_seed_and_migrated_files(
+    seed_file: Path, alembic_file: Path
+) -> None:
+    """a2sql's own signature of the seed file equals that of the baseline revision."""
+    signatures = []
+    for path in (seed_file, alembic_file):
+        engine = create_engine(f"sqlite:///{path}")
+        try:
+            with engine.connect() as connection:
+                signatures.append(migrations.sqlite_schema_signature(connection))
+        finally:
+            engine.dispose()
+    assert signatures[0] == signatures[1] == migrations.baseline_sqlite_signature()
+
+
+# --- Opening a file the seed's store created --------------------------------
+
+
+def _version(path: Path) -> list[str]:
+    connection = sqlite3.connect(path)
+    try:
+        has_table = connection.execute(
+            "select 1 from sqlite_master where type = 'table' and name = ?", (VERSION_TABLE,)
+        ).fetchone()
+        if not has_table:
+            return []
+        return [row[0] for row in connection.execute(f"select version_num from {VERSION_TABLE}")]
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("migrate", [None, False, True])
+def test_create_store_adopts_a_seed_file_and_stamps_the_baseline(
+    seed_file: Path, migrate: bool | None
+) -> None:
+    """A seed-created file (no version table) opens and is stamped at the baseline."""
+    with a2sql.create_store(f"sqlite:///{seed_file}", migrate=migrate) as store:
+        store.append("s", [a2sql.NewEvent("t", {"k": 1}, id="e1")])
+    assert _version(seed_file) == [migrations.BASELINE]
+    assert migrations.head_revision() == migrations.BASELINE
+
+
+def test_create_store_reads_rows_the_seed_wrote(seed_file: Path) -> None:
+    """Rows written in the seed's format (ms integers, JSON text) read back as records."""
+    connection = sqlite3.connect(seed_file)
+    with connection:
+        connection.execute(
+            "insert into a2_events (session_id, idx, event_type, payload, event_id, created_at,"
+            " lane_ready) values ('s', 1, 'hello', ?, 'seed-1', 1700000000123, 1)",
+            (json.dumps({"a": [1, 2.5, None]}),),
+        )
+    connection.close()
+    with a2sql.create_store(f"sqlite:///{seed_file}") as store:
+        [event] = store.read("s")
+        assert (event.id, event.type, event.payload, event.index) == (
+            "seed-1",
+            "hello",
+            {"a": [1, 2.5, None]},
+            1,
+        )
+        assert int(event.created_at.timestamp() * 1000) == 1700000000123
+        assert store.claim_available("s", holder="w", ttl_ms=1000).outcome == "claimed"
+
+
+def _seed_variant(path: Path, change: str) -> None:
+    seed_database(path)
+    connection = sqlite3.connect(path)
+    try:
+        connection.executescript(change)
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("migrate", [None, False, True])
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ("drop index a2_events_claim_expiry;", "a2_events_claim_expiry"),
+        ("alter table a2_snapshots add column extra_column text;", "extra_column"),
+        ("drop table a2_presence;", "a2_presence"),
+        (
+            "drop index a2_events_unprocessed;"
+            " create index a2_events_unprocessed on a2_events (session_id, idx);",
+            "a2_events_unprocessed",
+        ),
+    ],
+    ids=["missing_index", "extra_column", "missing_table", "index_not_partial"],
+)
+def test_create_store_rejects_seed_tables_that_differ_naming_the_difference(
+    tmp_path: Path, change: str, named: str, migrate: bool | None
+) -> None:
+    """Seed tables that do not match the baseline raise SCHEMA_MISMATCH naming what differs."""
+    path = tmp_path / "variant.db"
+    _seed_variant(path, change)
+    with pytest.raises(A2Error) as raised:
+        a2sql.create_store(f"sqlite:///{path}", migrate=migrate)
+    assert raised.value.code == ErrorCode.SCHEMA_MISMATCH
+    assert named in raised.value.message
+    assert _version(path) == []

@@ -1,0 +1,165 @@
+"""A failing database surfaces as A2Error(STORE_UNAVAILABLE), never raw (SPEC §4)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy import exc as sa_exc
+
+import a2sql
+from a2sql import A2Error, ClaimRef, ErrorCode, NewEvent, Store
+from a2sql.config import resolve_url
+from a2sql.testing import FakeClock
+
+Operation = Callable[[Store], object]
+
+OPERATIONS: dict[str, Operation] = {
+    "append": lambda s: s.append("s", [NewEvent("t", 2, id="e2")]),
+    "read": lambda s: s.read("s"),
+    "claim_available": lambda s: s.claim_available("s", holder="w", ttl_ms=1000),
+    "renew_claims": lambda s: s.renew_claims("s", holder="w", claims=[ClaimRef(1, 1)], ttl_ms=1000),
+    "complete_attempt": lambda s: s.complete_attempt("s", index=1, attempt=1, events=[]),
+    "fail_attempt": lambda s: s.fail_attempt("s", index=1, attempt=1, error="x", max_failures=2),
+    "read_state": lambda s: s.read_state("s", "r"),
+    "put_snapshot": lambda s: s.put_snapshot("s", "r", 1, {"n": 1}),
+    "list_sessions": lambda s: s.inspect.list_sessions(),
+    "read_events": lambda s: s.inspect.read_events("s"),
+    "list_snapshots": lambda s: s.inspect.list_snapshots("s"),
+}
+
+
+def assert_unavailable_from_driver(error: A2Error) -> None:
+    """STORE_UNAVAILABLE, with the driver's error as ``__cause__``."""
+    assert error.code == ErrorCode.STORE_UNAVAILABLE, error
+    cause = error.__cause__
+    assert cause is not None, "the driver's error is not the __cause__"
+    driver = cause.orig if isinstance(cause, sa_exc.DBAPIError) else cause
+    assert type(driver).__module__.split(".")[0] in ("sqlite3", "psycopg"), repr(driver)
+
+
+def free_port() -> int:
+    """A local TCP port nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("operation", list(OPERATIONS))
+def test_removed_sqlite_folder_makes_operations_store_unavailable(
+    tmp_path: Path, operation: str
+) -> None:
+    """After the SQLite file's folder is removed, an operation needing a connection fails
+    with STORE_UNAVAILABLE.
+
+    An already open connection keeps the unlinked file open (POSIX), so the test
+    holds the store's pooled connection and the operation has to open a new one.
+    """
+    folder = tmp_path / "data"
+    with a2sql.create_store(f"sqlite:///{folder / 'a2.db'}", clock=FakeClock()) as store:
+        store.append("s", [NewEvent("t", 1, id="e1")])
+        store.claim_available("s", holder="w", ttl_ms=1000)
+        shutil.rmtree(folder)
+        with store.engine.connect(), pytest.raises(A2Error) as raised:
+            OPERATIONS[operation](store)
+        assert_unavailable_from_driver(raised.value)
+        assert not folder.exists()
+
+
+def test_removed_sqlite_folder_presence_is_store_unavailable(tmp_path: Path) -> None:
+    """Presence calls on a vanished SQLite file fail with STORE_UNAVAILABLE too."""
+    folder = tmp_path / "data"
+    clock = FakeClock()
+    with a2sql.create_store(f"sqlite:///{folder / 'a2.db'}", clock=clock) as store:
+        shutil.rmtree(folder)
+        with store.engine.connect():
+            for call in (
+                lambda: store.presence.set("ns", "p", {"f": 1}, at=clock.now(), seen=1, ttl_ms=9),
+                lambda: store.presence.read("ns"),
+            ):
+                with pytest.raises(A2Error) as raised:
+                    call()
+                assert_unavailable_from_driver(raised.value)
+
+
+@pytest.mark.parametrize("migrate", [None, False, True])
+def test_postgres_port_nothing_listens_on_is_store_unavailable(migrate: bool | None) -> None:
+    """create_store on a PostgreSQL URL whose port is closed raises STORE_UNAVAILABLE."""
+    pytest.importorskip("psycopg")
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/test?connect_timeout=5"
+    with pytest.raises(A2Error) as raised:
+        a2sql.create_store(url, migrate=migrate)
+    assert_unavailable_from_driver(raised.value)
+
+
+DROPPED: dict[str, tuple[str, ...]] = {
+    "a2_events": (
+        "append",
+        "read",
+        "claim_available",
+        "renew_claims",
+        "complete_attempt",
+        "fail_attempt",
+        "read_state",
+        "list_sessions",
+        "read_events",
+    ),
+    "a2_snapshots": ("read_state", "put_snapshot", "list_snapshots"),
+}
+
+
+@pytest.mark.parametrize(
+    ("table", "operation"),
+    [(table, operation) for table, operations in DROPPED.items() for operation in operations],
+)
+def test_table_dropped_under_live_store_is_store_unavailable(
+    store: Store, table: str, operation: str
+) -> None:
+    """A table dropped under an open store makes its operations STORE_UNAVAILABLE."""
+    store.append("s", [NewEvent("t", 1, id="e1")])
+    store.claim_available("s", holder="w", ttl_ms=1000)
+    if table != "a2_events":
+        store.put_snapshot("s", "r", 1, {"n": 0})
+    with store.engine.begin() as connection:
+        connection.execute(text(f"drop table {table}"))
+    with pytest.raises(A2Error) as raised:
+        OPERATIONS[operation](store)
+    assert_unavailable_from_driver(raised.value)
+
+
+def test_presence_table_dropped_under_live_store_is_store_unavailable(
+    store: Store, clock: FakeClock
+) -> None:
+    """presence.set and presence.read on a dropped a2_presence are STORE_UNAVAILABLE."""
+    with store.engine.begin() as connection:
+        connection.execute(text("drop table a2_presence"))
+    for call in (
+        lambda: store.presence.set("ns", "p", {"f": 1}, at=clock.now(), seen=1, ttl_ms=9),
+        lambda: store.presence.read("ns"),
+    ):
+        with pytest.raises(A2Error) as raised:
+            call()
+        assert_unavailable_from_driver(raised.value)
+
+
+def test_terminated_postgres_connection_is_store_unavailable(postgres_url: str) -> None:
+    """A PostgreSQL connection killed under the store surfaces as STORE_UNAVAILABLE."""
+    with a2sql.create_store(postgres_url, migrate=True) as store:
+        store.append("s", [NewEvent("t", 1, id="e1")])
+        with store.engine.connect() as connection:
+            pid = connection.execute(text("select pg_backend_pid()")).scalar_one()
+        admin = create_engine(resolve_url(postgres_url))
+        try:
+            with admin.begin() as connection:
+                connection.execute(text("select pg_terminate_backend(:pid)"), {"pid": pid})
+        finally:
+            admin.dispose()
+        with pytest.raises(A2Error) as raised:
+            store.append("s", [NewEvent("t", 2, id="e2")])
+        assert_unavailable_from_driver(raised.value)
+        # The failed call wrote nothing; the store reconnects for the next one.
+        assert [event.id for event in store.read("s")] == ["e1"]
