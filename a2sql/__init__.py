@@ -1,7 +1,8 @@
 """a2sql: durable, multi-worker event sessions on SQLAlchemy Core (SQLite and PostgreSQL)."""
 
+from a2sql.aio import AsyncInspector, AsyncPresence, AsyncStore
 from a2sql.clock import Clock, SystemClock
-from a2sql.create import create_store
+from a2sql.create import create_async_store, create_store
 from a2sql.errors import A2Error, ErrorCode
 from a2sql.records import (
     JSON,
@@ -24,12 +25,16 @@ from a2sql.records import (
     StoredEvent,
 )
 from a2sql.store import Inspector, Presence, Store
-from a2sql.stream import EventStream
+from a2sql.stream import AsyncEventStream, EventStream
 
 __all__ = [
     "JSON",
     "A2Error",
     "AppendResult",
+    "AsyncEventStream",
+    "AsyncInspector",
+    "AsyncPresence",
+    "AsyncStore",
     "ClaimRef",
     "ClaimResult",
     "Clock",
@@ -53,5 +58,6 @@ __all__ = [
     "Store",
     "StoredEvent",
     "SystemClock",
+    "create_async_store",
     "create_store",
 ]

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import URL, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 from a2sql.errors import invalid
@@ -60,22 +61,41 @@ def is_sqlite_memory(url: URL) -> bool:
     return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
 
 
+def _engine_arguments(url: URL) -> dict[str, Any]:
+    """Keyword arguments for ``create_engine`` / ``create_async_engine`` of ``url``."""
+    if url.get_backend_name() != "sqlite":
+        return {}
+    if is_sqlite_memory(url):
+        # One connection for the engine's lifetime: every operation sees the
+        # same in-memory database.
+        return {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+    assert url.database is not None
+    Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}}
+
+
 def build_engine(url: URL) -> Engine:
     """A new engine for ``url``, configured for a2sql."""
+    engine = create_engine(url, **_engine_arguments(url))
     if url.get_backend_name() == "sqlite":
-        if is_sqlite_memory(url):
-            # One connection for the engine's lifetime: every operation sees
-            # the same in-memory database.
-            engine = create_engine(
-                url, poolclass=StaticPool, connect_args={"check_same_thread": False}
-            )
-        else:
-            assert url.database is not None
-            Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         install_sqlite_hooks(engine)
-        return engine
-    return create_engine(url)
+    return engine
+
+
+def async_url(url: URL) -> URL:
+    """The asyncio driver of ``url``: aiosqlite for SQLite; psycopg 3 serves both modes."""
+    if url.get_backend_name() == "sqlite":
+        return url.set(drivername="sqlite+aiosqlite")
+    return url
+
+
+def build_async_engine(url: URL) -> AsyncEngine:
+    """A new asyncio engine for ``url``, configured for a2sql."""
+    url = async_url(url)
+    engine = create_async_engine(url, **_engine_arguments(url))
+    if url.get_backend_name() == "sqlite":
+        install_sqlite_hooks(engine.sync_engine)
+    return engine
 
 
 def _set_wal(cursor: sqlite3.Cursor) -> None:

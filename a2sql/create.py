@@ -1,18 +1,51 @@
-"""create_store: from a URL (or an engine) to a ready, schema-checked store."""
+"""create_store / create_async_store: from a URL (or an engine) to a ready store."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from sqlalchemy import URL, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from a2sql import migrate as migrations
+from a2sql.aio import AsyncStore
+from a2sql.calls import Context
 from a2sql.clock import Clock, SystemClock, uuid7_id
-from a2sql.config import build_engine, install_sqlite_hooks, is_sqlite_memory, resolve_url
-from a2sql.dialects import dialect_for
-from a2sql.errors import DRIVER_FAILURES, A2Error, from_driver_error, invalid
+from a2sql.config import (
+    async_url,
+    build_async_engine,
+    build_engine,
+    install_sqlite_hooks,
+    is_sqlite_memory,
+    resolve_url,
+)
+from a2sql.dialects import dialect_named
+from a2sql.errors import DRIVER_FAILURES, from_driver_error, invalid
 from a2sql.store import Store
 from a2sql.validate import DEFAULT_MAX_JSON_CHARS, Limits
+
+
+def _context(
+    backend: str, clock: Clock | None, ids: Callable[[], str] | None, max_json_chars: object
+) -> Context:
+    if (
+        isinstance(max_json_chars, bool)
+        or not isinstance(max_json_chars, int)
+        or (max_json_chars < 1)
+    ):
+        raise invalid("max_json_chars", "must be a positive int")
+    return Context(
+        dialect=dialect_named(backend),
+        clock=clock or SystemClock(),
+        ids=ids or uuid7_id,
+        limits=Limits(max_json_chars=max_json_chars),
+    )
+
+
+def _upgrade_allowed(migrate: object, backend: str) -> bool:
+    if migrate is not None and not isinstance(migrate, bool):
+        raise invalid("migrate", "must be True, False or None")
+    return backend == "sqlite" if migrate is None else migrate
 
 
 def create_store(
@@ -32,41 +65,55 @@ def create_store(
     ``None`` upgrades SQLite and checks other engines. ``max_json_chars``
     bounds the encoded size of a payload, state or presence value.
     """
-    if migrate is not None and not isinstance(migrate, bool):
-        raise invalid("migrate", "must be True, False or None")
-    if (
-        isinstance(max_json_chars, bool)
-        or not isinstance(max_json_chars, int)
-        or (max_json_chars < 1)
-    ):
-        raise invalid("max_json_chars", "must be a positive int")
     if isinstance(url, Engine):
         engine, owns_engine = url, False
+        resolve_url(engine.url)  # rejects engines of other databases
         if engine.dialect.name == "sqlite":
             install_sqlite_hooks(engine)
-        resolve_url(engine.url)  # rejects engines of other databases
     else:
-        resolved = resolve_url(url)
-        engine, owns_engine = build_engine(resolved), True
+        engine, owns_engine = build_engine(resolve_url(url)), True
     try:
-        dialect = dialect_for(engine)
-        upgrade = engine.dialect.name == "sqlite" if migrate is None else migrate
+        backend = engine.dialect.name
+        context = _context(backend, clock, ids, max_json_chars)
+        upgrade = _upgrade_allowed(migrate, backend)
         try:
             migrations.ensure_schema(engine, upgrade_allowed=upgrade)
-        except A2Error:
-            raise
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
     except BaseException:
         if owns_engine:
             engine.dispose()
         raise
-    return Store(
+    return Store(engine, context, owns_engine=owns_engine, serialize=is_sqlite_memory(engine.url))
+
+
+def create_async_store(
+    url: str | URL | AsyncEngine | None = None,
+    *,
+    clock: Clock | None = None,
+    ids: Callable[[], str] | None = None,
+    migrate: bool | None = None,
+    max_json_chars: int = DEFAULT_MAX_JSON_CHARS,
+) -> AsyncStore:
+    """Open an ``AsyncStore``: the arguments of ``create_store``, an ``AsyncEngine`` for an engine.
+
+    SQLite runs on aiosqlite, PostgreSQL on psycopg 3's async mode. The
+    schema is checked (or upgraded) before the first operation; use
+    ``async with create_async_store(...) as store`` to have it checked at once.
+    """
+    if isinstance(url, AsyncEngine):
+        engine, owns_engine = url, False
+        resolve_url(engine.url)
+        if engine.dialect.name == "sqlite":
+            install_sqlite_hooks(engine.sync_engine)
+    else:
+        engine, owns_engine = build_async_engine(resolve_url(url)), True
+    backend = engine.dialect.name
+    context = _context(backend, clock, ids, max_json_chars)
+    return AsyncStore(
         engine,
-        dialect,
-        clock=clock or SystemClock(),
-        ids=ids or uuid7_id,
+        context,
         owns_engine=owns_engine,
-        serialize=is_sqlite_memory(engine.url),
-        limits=Limits(max_json_chars=max_json_chars),
+        upgrade_schema=_upgrade_allowed(migrate, backend),
+        serialize=is_sqlite_memory(async_url(engine.url)),
     )

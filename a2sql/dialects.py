@@ -16,7 +16,9 @@ from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Insert
 
 from a2sql.schema import presence, snapshots
+from a2sql.stream import POSTGRES_POLL_INTERVAL_S, SQLITE_POLL_INTERVAL_S
 from a2sql.types import Timestamp
+from a2sql.wakeups import CHANNEL
 
 # Class id of a2sql's session locks in PostgreSQL's two-key advisory lock
 # space (which never overlaps the one-bigint space applications tend to use).
@@ -27,11 +29,15 @@ class Dialect:
     """What differs per engine. Subclasses fill in the statements."""
 
     name: str
+    stream_poll_interval: float
     upsert_snapshot: Insert
     upsert_presence: Insert
 
     def lock_session(self, connection: Connection, session_id: str) -> None:
         """First statement of every mutating transaction on a session."""
+
+    def announce_events(self, connection: Connection, session_id: str) -> None:
+        """Inside the transaction that added events: tell other processes' streams."""
 
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
         raise NotImplementedError
@@ -64,6 +70,8 @@ class Dialect:
 
 class SqliteDialect(Dialect):
     name = "sqlite"
+    # No cross-process wake-up on SQLite: streams poll, briefly.
+    stream_poll_interval = SQLITE_POLL_INTERVAL_S
 
     def __init__(self) -> None:
         self._build_upserts(sqlite.insert)
@@ -80,6 +88,9 @@ class SqliteDialect(Dialect):
 
 class PostgresDialect(Dialect):
     name = "postgresql"
+    # LISTEN/NOTIFY wakes streams; polling only covers a lost notification.
+    stream_poll_interval = POSTGRES_POLL_INTERVAL_S
+    _notify = select(func.pg_notify(literal_column(f"'{CHANNEL}'"), bindparam("sid")))
 
     _lock = select(
         func.pg_advisory_xact_lock(
@@ -92,6 +103,10 @@ class PostgresDialect(Dialect):
 
     def lock_session(self, connection: Connection, session_id: str) -> None:
         connection.execute(self._lock, {"sid": session_id})
+
+    def announce_events(self, connection: Connection, session_id: str) -> None:
+        # Delivered at commit, and only then: a rolled back append wakes nobody.
+        connection.execute(self._notify, {"sid": session_id})
 
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
         # greatest() skips NULLs.

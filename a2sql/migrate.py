@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -40,15 +43,17 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
+@cache
 def head_revision() -> str:
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None
     return head
 
 
-def known_revisions() -> set[str]:
+@cache
+def known_revisions() -> frozenset[str]:
     script = ScriptDirectory.from_config(alembic_config())
-    return {rev.revision for rev in script.walk_revisions()}
+    return frozenset(rev.revision for rev in script.walk_revisions())
 
 
 def current_revision(connection: Connection) -> str | None:
@@ -62,6 +67,14 @@ def lock_for_migration(connection: Connection) -> None:
         connection.execute(text("select pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
 
 
+@contextmanager
+def _transaction(connection: Connection, *, read_only: bool) -> Iterator[Connection]:
+    # Connection.execution_options() changes the connection in place (SQLAlchemy 2).
+    connection.execution_options(**{READ_ONLY: read_only})
+    with connection.begin():
+        yield connection
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Upgrade the schema to ``revision`` (default: the newest) in one locked transaction."""
     move_to(engine, revision)
@@ -69,15 +82,20 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
 def database_revision(engine: Engine) -> str | None:
     """The revision the database is at, read without changing anything."""
-    with engine.connect().execution_options(**{READ_ONLY: True}) as connection, connection.begin():
+    with engine.connect() as connection, _transaction(connection, read_only=True):
         return current_revision(connection)
 
 
 def move_to(engine: Engine, revision: str = "head") -> str | None:
     """Upgrade, or downgrade when ``revision`` is below the current one; return where it ends."""
+    with engine.connect() as connection:
+        return _move(connection, revision)
+
+
+def _move(connection: Connection, revision: str) -> str | None:
     script = ScriptDirectory.from_config(alembic_config())
     target = script.get_revision(revision)
-    with engine.begin() as connection:
+    with _transaction(connection, read_only=False):
         lock_for_migration(connection)
         _adopt_seed_database(connection)
         found = current_revision(connection)
@@ -104,8 +122,14 @@ def ensure_schema(engine: Engine, *, upgrade_allowed: bool) -> None:
 
     Raises ``A2Error(SCHEMA_MISMATCH)`` when it is not and cannot be.
     """
+    with engine.connect() as connection:
+        ensure_schema_on(connection, upgrade_allowed=upgrade_allowed)
+
+
+def ensure_schema_on(connection: Connection, *, upgrade_allowed: bool) -> None:
+    """``ensure_schema`` on one connection outside a transaction (the async store's way in)."""
     head = head_revision()
-    with engine.connect().execution_options(**{READ_ONLY: True}) as connection, connection.begin():
+    with _transaction(connection, read_only=True):
         found = current_revision(connection)
         seed_tables = found is None and _has_a2_tables(connection)
     if found == head:
@@ -117,7 +141,7 @@ def ensure_schema(engine: Engine, *, upgrade_allowed: bool) -> None:
             f"(it needs {head!r}); upgrade a2sql, or move the database with "
             f"`a2sql migrate --revision {head}` using the a2sql that wrote it",
         )
-    adoptable = seed_tables and engine.dialect.name == "sqlite"
+    adoptable = seed_tables and connection.dialect.name == "sqlite"
     if not upgrade_allowed and not adoptable:
         shown = "none (no a2sql schema)" if found is None else repr(found)
         raise A2Error(
@@ -125,11 +149,11 @@ def ensure_schema(engine: Engine, *, upgrade_allowed: bool) -> None:
             f"the database schema is at revision {shown}, a2sql needs {head!r}: {UPGRADE_HINT}",
         )
     if upgrade_allowed:
-        upgrade(engine)
-        return
-    with engine.begin() as connection:
-        _adopt_seed_database(connection)
-        found = current_revision(connection)
+        found = _move(connection, "head")
+    else:
+        with _transaction(connection, read_only=False):
+            _adopt_seed_database(connection)
+            found = current_revision(connection)
     if found != head:
         raise A2Error(
             ErrorCode.SCHEMA_MISMATCH,
@@ -208,22 +232,17 @@ def sqlite_schema_signature(connection: Connection) -> dict[str, Any]:
     return signature
 
 
-_baseline_signature: dict[str, Any] | None = None
-
-
+@cache
 def baseline_sqlite_signature() -> dict[str, Any]:
     """The signature of the baseline revision, built once in a memory database."""
-    global _baseline_signature
-    if _baseline_signature is None:
-        engine = create_engine("sqlite://", poolclass=StaticPool)
-        install_sqlite_hooks(engine)
-        try:
-            with engine.begin() as connection:
-                command.upgrade(alembic_config(connection), BASELINE)
-                _baseline_signature = sqlite_schema_signature(connection)
-        finally:
-            engine.dispose()
-    return _baseline_signature
+    engine = create_engine("sqlite://", poolclass=StaticPool)
+    install_sqlite_hooks(engine)
+    try:
+        with engine.begin() as connection:
+            command.upgrade(alembic_config(connection), BASELINE)
+            return sqlite_schema_signature(connection)
+    finally:
+        engine.dispose()
 
 
 def describe_difference(expected: dict[str, Any], found: dict[str, Any]) -> str:

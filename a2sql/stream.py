@@ -1,39 +1,58 @@
-"""Tailing a session: yield every event after a start index, then new ones as they commit."""
+"""Tailing a session: every event after a start index, then new ones as they commit.
+
+Indexes are gapless and only ever appended, so reading after the last index
+yielded never skips or repeats one. Between reads a stream sleeps until a
+wake-up (a2sql.wakeups) or its poll interval, whichever comes first.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from a2sql.records import StoredEvent
-
-if TYPE_CHECKING:
-    from a2sql.store import Store
+from a2sql.wakeups import Callback
 
 # Rows held at once: a stream of any length reads page by page.
 STREAM_PAGE = 100
+# Polling is the only wake-up across processes on SQLite: keep it short.
+SQLITE_POLL_INTERVAL_S = 0.1
+# On PostgreSQL LISTEN/NOTIFY wakes streams; the poll only covers a lost notification.
+POSTGRES_POLL_INTERVAL_S = 2.0
+
+# read_page(after_index, limit): the next events of the session, by index.
+PageReader = Callable[[int, int], list[StoredEvent]]
+AsyncPageReader = Callable[[int, int], Awaitable[list[StoredEvent]]]
+# subscribe(callback) -> unsubscribe
+Subscribe = Callable[[Callback], Callback]
 
 
 class EventStream(Iterator[StoredEvent]):
-    """An iterator over a session's events that polls for new ones until closed.
+    """An iterator over a session's events that waits for new ones until closed.
 
-    Indexes are gapless and only ever appended, so reading after the last
-    index yielded never skips or repeats one. ``close()`` (or leaving a
-    ``with`` block) ends the iteration, also from another thread.
+    ``close()`` (or leaving a ``with`` block) ends the iteration, also from
+    another thread. It holds a connection only while it reads a page.
     """
 
     def __init__(
-        self, store: Store, session_id: str, *, start_after: int, poll_interval: float
+        self,
+        read_page: PageReader,
+        subscribe: Subscribe,
+        *,
+        start_after: int,
+        poll_interval: float,
     ) -> None:
-        self._store = store
-        self._session_id = session_id
+        self._read_page = read_page
         self._last_index = start_after
         self._poll_interval = poll_interval
         self._buffer: deque[StoredEvent] = deque()
-        self._closed = threading.Event()
+        self._closed = False
+        self._wake = threading.Event()
+        self._unsubscribe = subscribe(self._wake.set)
 
     @property
     def last_index(self) -> int:
@@ -45,28 +64,26 @@ class EventStream(Iterator[StoredEvent]):
 
     def __next__(self) -> StoredEvent:
         while not self._buffer:
-            if self._closed.is_set():
+            if self._closed:
                 raise StopIteration
-            page = self._store._read_page(self._session_id, self._last_index, STREAM_PAGE)
+            self._wake.clear()
+            page = self._read_page(self._last_index, STREAM_PAGE)
             if page:
                 self._buffer.extend(page)
             else:
-                self._closed.wait(self._poll_interval)
-        if self._closed.is_set():
-            self._buffer.clear()
+                self._wake.wait(self._poll_interval)
+        if self._closed:
             raise StopIteration
         event = self._buffer.popleft()
         self._last_index = event.index
         return event
 
     def poll(self) -> list[StoredEvent]:
-        """The events available now, without waiting (at most one page)."""
-        if self._closed.is_set():
+        """The events available now (at most one page), without waiting."""
+        if self._closed:
             return []
         if not self._buffer:
-            self._buffer.extend(
-                self._store._read_page(self._session_id, self._last_index, STREAM_PAGE)
-            )
+            self._buffer.extend(self._read_page(self._last_index, STREAM_PAGE))
         events = list(self._buffer)
         self._buffer.clear()
         if events:
@@ -75,7 +92,11 @@ class EventStream(Iterator[StoredEvent]):
 
     def close(self) -> None:
         """Stop the stream; a ``next()`` waiting in another thread returns promptly."""
-        self._closed.set()
+        if not self._closed:
+            self._closed = True
+            self._buffer.clear()
+            self._unsubscribe()
+            self._wake.set()
 
     def __enter__(self) -> EventStream:
         return self
@@ -87,3 +108,86 @@ class EventStream(Iterator[StoredEvent]):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class AsyncEventStream(AsyncIterator[StoredEvent]):
+    """The async iterator of ``AsyncStore.stream``; ``aclose()`` or cancelling ends it."""
+
+    def __init__(
+        self,
+        read_page: AsyncPageReader,
+        subscribe: Subscribe,
+        *,
+        start_after: int,
+        poll_interval: float,
+    ) -> None:
+        self._read_page = read_page
+        self._last_index = start_after
+        self._poll_interval = poll_interval
+        self._buffer: deque[StoredEvent] = deque()
+        self._closed = False
+        self._wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            # Called from a committing thread, a listener thread or this loop.
+            with contextlib.suppress(RuntimeError):  # a closed loop has nobody waiting
+                loop.call_soon_threadsafe(self._wake.set)
+
+        self._unsubscribe = subscribe(wake)
+
+    @property
+    def last_index(self) -> int:
+        """The index of the last event yielded (or ``start_after``)."""
+        return self._last_index
+
+    def __aiter__(self) -> AsyncEventStream:
+        return self
+
+    async def __anext__(self) -> StoredEvent:
+        while not self._buffer:
+            if self._closed:
+                raise StopAsyncIteration
+            self._wake.clear()
+            page = await self._read_page(self._last_index, STREAM_PAGE)
+            if page:
+                self._buffer.extend(page)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._poll_interval)
+        if self._closed:
+            raise StopAsyncIteration
+        event = self._buffer.popleft()
+        self._last_index = event.index
+        return event
+
+    async def poll(self) -> list[StoredEvent]:
+        """The events available now (at most one page), without waiting."""
+        if self._closed:
+            return []
+        if not self._buffer:
+            self._buffer.extend(await self._read_page(self._last_index, STREAM_PAGE))
+        events = list(self._buffer)
+        self._buffer.clear()
+        if events:
+            self._last_index = events[-1].index
+        return events
+
+    async def aclose(self) -> None:
+        """Stop the stream."""
+        if not self._closed:
+            self._closed = True
+            self._buffer.clear()
+            self._unsubscribe()
+            self._wake.set()
+
+    async def __aenter__(self) -> AsyncEventStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,284 @@
+"""AsyncStore: the asyncio facade. It runs the very calls of ``Store`` through ``run_sync``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from a2sql import calls
+from a2sql import migrate as migrations
+from a2sql.calls import Call, Context, Done, run_in_transaction
+from a2sql.config import READ_ONLY
+from a2sql.errors import DRIVER_FAILURES, A2Error, ErrorCode, from_driver_error
+from a2sql.records import (
+    JSON,
+    AppendResult,
+    ClaimRef,
+    ClaimResult,
+    CompleteResult,
+    EventPage,
+    FailResult,
+    NewEvent,
+    PresenceEntry,
+    RenewResult,
+    SessionPage,
+    SnapshotInfo,
+    StateRead,
+    StoredEvent,
+)
+from a2sql.stream import AsyncEventStream
+from a2sql.wakeups import LOCAL, PostgresListener, database_key
+
+T = TypeVar("T")
+
+
+class AsyncStore:
+    """The store's methods as coroutines. Create it with ``a2sql.create_async_store``.
+
+    The schema is checked (or upgraded) before the first operation, or on
+    ``async with``; a mismatch raises ``A2Error(SCHEMA_MISMATCH)`` there.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        context: Context,
+        *,
+        owns_engine: bool,
+        upgrade_schema: bool,
+        serialize: bool = False,
+    ) -> None:
+        self._engine = engine
+        self._ctx = context
+        self._owns_engine = owns_engine
+        self._upgrade_schema = upgrade_schema
+        self._schema_checked = False
+        self._schema_lock = asyncio.Lock()
+        # A memory database is a single connection: one transaction at a time.
+        self._serial: AbstractAsyncContextManager[Any] = (
+            asyncio.Lock() if serialize else nullcontext()
+        )
+        self._closed = False
+        self._database = database_key(engine.sync_engine)
+        self._listener: PostgresListener | None = None
+        self.presence = AsyncPresence(self)
+        self.inspect = AsyncInspector(self)
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The SQLAlchemy asyncio engine the store runs on."""
+        return self._engine
+
+    async def ensure_schema(self) -> None:
+        """Check (or upgrade) the schema now rather than at the first operation."""
+        if self._schema_checked:
+            return
+        async with self._schema_lock:
+            if self._schema_checked:
+                return
+            async with self._connection() as connection:
+                await connection.run_sync(
+                    lambda c: migrations.ensure_schema_on(c, upgrade_allowed=self._upgrade_schema)
+                )
+            self._schema_checked = True
+
+    @asynccontextmanager
+    async def _connection(self, *, read_only: bool = False) -> AsyncIterator[AsyncConnection]:
+        if self._closed:
+            raise A2Error(ErrorCode.STORE_UNAVAILABLE, "the store is closed")
+        try:
+            async with self._serial, self._engine.connect() as connection:
+                if read_only:
+                    await connection.execution_options(**{READ_ONLY: True})
+                yield connection
+        except DRIVER_FAILURES as error:
+            raise from_driver_error(error) from error
+
+    async def _run(self, call: Call[T] | Done[T]) -> T:
+        """Run one call in one transaction, the same body as ``Store`` runs."""
+        if isinstance(call, Done):
+            return call.result
+        await self.ensure_schema()
+        async with (
+            self._connection(read_only=call.read_only) as connection,
+            connection.begin(),
+        ):
+            result = await connection.run_sync(run_in_transaction, self._ctx, call)
+        if call.lock_session is not None and call.wakes(result):
+            LOCAL.wake(self._database, call.lock_session)
+        return result
+
+    # --- the contract (SPEC §2, §3) -------------------------------------------
+
+    async def append(self, session_id: str, events: Sequence[NewEvent]) -> AppendResult:
+        """Append events to the session, or replay a batch appended before."""
+        return await self._run(calls.append(self._ctx, session_id, events))
+
+    async def read(
+        self, session_id: str, *, after_index: int | None = None, through_index: int | None = None
+    ) -> list[StoredEvent]:
+        """Events with ``after_index < index <= through_index``, by index."""
+        return await self._run(calls.read(session_id, after_index, through_index))
+
+    async def claim_available(
+        self,
+        session_id: str,
+        *,
+        holder: str,
+        ttl_ms: int,
+        expires_at: datetime | None = None,
+        exclude_indexes: Sequence[int] = (),
+    ) -> ClaimResult:
+        """Claim every ready event that is free or whose claim expired."""
+        return await self._run(
+            calls.claim_available(
+                self._ctx, session_id, holder, ttl_ms, expires_at, exclude_indexes
+            )
+        )
+
+    async def renew_claims(
+        self,
+        session_id: str,
+        *,
+        holder: str,
+        claims: Sequence[ClaimRef],
+        ttl_ms: int,
+        expires_at: datetime | None = None,
+    ) -> RenewResult:
+        """Extend the claims ``holder`` still holds; report those a later attempt took."""
+        return await self._run(
+            calls.renew_claims(self._ctx, session_id, holder, claims, ttl_ms, expires_at)
+        )
+
+    async def complete_attempt(
+        self, session_id: str, *, index: int, attempt: int, events: Sequence[NewEvent]
+    ) -> CompleteResult:
+        """Mark the event processed by ``attempt`` and append the returned events atomically."""
+        return await self._run(
+            calls.complete_attempt(self._ctx, session_id, index, attempt, events)
+        )
+
+    async def fail_attempt(
+        self, session_id: str, *, index: int, attempt: int, error: str, max_failures: int
+    ) -> FailResult:
+        """Count a failure of ``attempt``; dead-letter the event at ``max_failures``."""
+        return await self._run(
+            calls.fail_attempt(self._ctx, session_id, index, attempt, error, max_failures)
+        )
+
+    async def read_state(self, session_id: str, reducer_name: str) -> StateRead:
+        """The reducer's snapshot (or None) and every event after it."""
+        return await self._run(calls.read_state(session_id, reducer_name))
+
+    async def put_snapshot(
+        self, session_id: str, reducer_name: str, index: int, state: JSON
+    ) -> None:
+        """Store a reducer's state up to ``index``, unless a later snapshot is stored."""
+        return await self._run(
+            calls.put_snapshot(self._ctx, session_id, reducer_name, index, state)
+        )
+
+    def stream(
+        self, session_id: str, *, start_after: int = 0, poll_interval: float | None = None
+    ) -> AsyncEventStream:
+        """Every event after ``start_after``, then new ones as they commit (``async for``).
+
+        Wakes as ``Store.stream`` does; ``aclose()`` or cancelling the task ends it.
+        """
+        sid, start, interval = calls.stream_start(self._ctx, session_id, start_after, poll_interval)
+        if self._listener is None and self._engine.dialect.name == "postgresql":
+            self._listener = PostgresListener(self._engine.sync_engine, self._database)
+            self._listener.start()
+        return AsyncEventStream(
+            lambda after, limit: self._run(calls.stream_page(sid, after, limit)),
+            lambda callback: LOCAL.subscribe(self._database, sid, callback),
+            start_after=start,
+            poll_interval=interval,
+        )
+
+    # --- lifetime ---------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Release the engine (one passed in by the caller is left open)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._listener is not None:
+            await asyncio.to_thread(self._listener.stop)
+        if self._owns_engine:
+            await self._engine.dispose()
+
+    async def __aenter__(self) -> AsyncStore:
+        await self.ensure_schema()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class AsyncPresence:
+    """``astore.presence``: ephemeral per-participant fields with a TTL."""
+
+    def __init__(self, store: AsyncStore) -> None:
+        self._store = store
+
+    async def set(
+        self,
+        ns: str,
+        participant: str,
+        values: Mapping[str, JSON],
+        *,
+        at: datetime,
+        seen: int,
+        ttl_ms: int,
+    ) -> None:
+        """Write fields last-writer-wins by ``at``; a ``None`` value deletes the field."""
+        store = self._store
+        return await store._run(
+            calls.presence_set(store._ctx, ns, participant, values, at, seen, ttl_ms)
+        )
+
+    async def read(self, ns: str) -> list[PresenceEntry]:
+        """The live fields of the namespace, by participant then field (expired ones swept)."""
+        return await self._store._run(calls.presence_read(self._store._ctx, ns))
+
+
+class AsyncInspector:
+    """``astore.inspect``: sessions with counts and pages of events."""
+
+    def __init__(self, store: AsyncStore) -> None:
+        self._store = store
+
+    async def list_sessions(
+        self, *, prefix: str = "", cursor: str | None = None, limit: int = 50
+    ) -> SessionPage:
+        """Sessions whose id starts with ``prefix``, after ``cursor``, ordered by id."""
+        return await self._store._run(calls.list_sessions(self._store._ctx, prefix, cursor, limit))
+
+    async def read_events(
+        self,
+        session_id: str,
+        *,
+        after_index: int = 0,
+        through_index: int | None = None,
+        limit: int = 100,
+    ) -> EventPage:
+        """A page of events, capped at the session's last index at the call."""
+        return await self._store._run(
+            calls.read_events(session_id, after_index, through_index, limit)
+        )
+
+    async def list_snapshots(self, session_id: str) -> list[SnapshotInfo]:
+        """The session's snapshots, by reducer name."""
+        return await self._store._run(calls.list_snapshots(session_id))

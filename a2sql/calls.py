@@ -1,0 +1,392 @@
+"""Each public method once: check its arguments, then describe the transaction to run.
+
+A ``Call`` says which session to lock (if any), whether the transaction only
+reads, and what to run on its connection. ``Store`` runs calls on a
+``Connection``; ``AsyncStore`` runs the very same calls through
+``AsyncConnection.run_sync``. Nothing here knows which facade or engine it is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Generic, TypeVar
+
+from sqlalchemy import Connection
+
+from a2sql import validate
+from a2sql.clock import Clock
+from a2sql.codec import truncate_ms
+from a2sql.dialects import Dialect
+from a2sql.errors import invalid
+from a2sql.ops import append as append_ops
+from a2sql.ops import attempts as attempt_ops
+from a2sql.ops import claims as claim_ops
+from a2sql.ops import inspect as inspect_ops
+from a2sql.ops import presence as presence_ops
+from a2sql.ops import state as state_ops
+from a2sql.ops.events import ValidEvent
+from a2sql.records import (
+    JSON,
+    AppendResult,
+    ClaimRef,
+    ClaimResult,
+    CompleteResult,
+    EventCause,
+    EventPage,
+    FailResult,
+    NewEvent,
+    PresenceEntry,
+    RenewResult,
+    SessionPage,
+    SnapshotInfo,
+    StateRead,
+    StoredEvent,
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What every call needs besides its arguments."""
+
+    dialect: Dialect
+    clock: Clock
+    ids: Callable[[], str]
+    limits: validate.Limits
+
+    def now(self) -> datetime:
+        """The clock, read inside the transaction (after the session's lock), to the ms."""
+        value = self.clock.now()
+        if not isinstance(value, datetime) or value.tzinfo is None:
+            raise invalid("clock", "now() must return a timezone-aware datetime")
+        return truncate_ms(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One transaction to run: ``run(connection)`` after locking ``lock_session``."""
+
+    run: Callable[[Connection], T]
+    lock_session: str | None = None
+    read_only: bool = False
+    # Whether the result means new events in ``lock_session``: streams are woken.
+    added_events: Callable[[T], bool] | None = None
+
+    def wakes(self, result: T) -> bool:
+        return self.added_events is not None and self.added_events(result)
+
+
+@dataclass(frozen=True, slots=True)
+class Done(Generic[T]):
+    """A call answered without touching the database."""
+
+    result: T
+
+
+def run_in_transaction(connection: Connection, ctx: Context, call: Call[T]) -> T:
+    """The body of every transaction, sync or async: lock the session, then run."""
+    if call.lock_session is not None:
+        ctx.dialect.lock_session(connection, call.lock_session)
+    result = call.run(connection)
+    if call.lock_session is not None and call.wakes(result):
+        ctx.dialect.announce_events(connection, call.lock_session)
+    return result
+
+
+def _valid_cause(cause: object, where: str) -> EventCause:
+    if not isinstance(cause, EventCause):
+        raise invalid(where, f"must be an EventCause, got {type(cause).__name__}")
+    validate.integer(cause.index, f"{where}.index", minimum=1)
+    validate.integer(cause.attempt, f"{where}.attempt", minimum=1)
+    if cause.batch_size is not None:
+        validate.integer(cause.batch_size, f"{where}.batch_size", minimum=1)
+    return cause
+
+
+def _valid_events(
+    ctx: Context, events: object, argument: str, *, for_completion: bool = False
+) -> list[ValidEvent]:
+    valid = []
+    for position, event in enumerate(validate.sequence(events, argument)):
+        where = f"{argument}[{position}]"
+        if not isinstance(event, NewEvent):
+            raise invalid(where, f"must be a NewEvent, got {type(event).__name__}")
+        cause = event.cause
+        if for_completion:
+            if event.id is None:
+                raise invalid(f"{where}.id", "a returned event must carry an id")
+            if cause is not None:
+                raise invalid(f"{where}.cause", "must be unset: the store sets it")
+        elif cause is not None:
+            _valid_cause(cause, f"{where}.cause")
+        if not isinstance(event.settled, bool):
+            raise invalid(f"{where}.settled", "must be a bool")
+        valid.append(
+            ValidEvent(
+                type=validate.name(event.type, f"{where}.type"),
+                payload_json=validate.json_value(event.payload, f"{where}.payload", ctx.limits),
+                id=validate.optional_name(event.id, f"{where}.id"),
+                cause=cause,
+                lane=validate.optional_name(event.lane, f"{where}.lane"),
+                settled=event.settled,
+            )
+        )
+    return valid
+
+
+def _lease(ctx: Context, ttl_ms: object, expires_at: object) -> Callable[[datetime], datetime]:
+    """Checks the lease arguments; returns how to compute the expiry from ``now``."""
+    ttl = validate.integer(ttl_ms, "ttl_ms", minimum=1)
+    if expires_at is not None:
+        fixed = truncate_ms(validate.aware_datetime(expires_at, "expires_at"))
+        return lambda _now: fixed
+    return lambda now: now + timedelta(milliseconds=ttl)
+
+
+def _index_bound(value: object, argument: str) -> int | None:
+    return None if value is None else validate.integer(value, argument, minimum=0)
+
+
+# --- the store's methods ------------------------------------------------------
+
+
+def append(ctx: Context, session_id: object, events: object) -> Call[AppendResult]:
+    sid = validate.name(session_id, "session_id")
+    batch = _valid_events(ctx, events, "events")
+    if not batch:
+        return Call(lambda c: append_ops.has_pending(c, sid), read_only=True)
+    return Call(
+        lambda c: append_ops.append(c, sid, batch, now=ctx.now(), new_id=ctx.ids),
+        lock_session=sid,
+        added_events=lambda result: bool(result.events),
+    )
+
+
+def read(session_id: object, after_index: object, through_index: object) -> Call[list[StoredEvent]]:
+    sid = validate.name(session_id, "session_id")
+    after = _index_bound(after_index, "after_index")
+    through = _index_bound(through_index, "through_index")
+    return Call(lambda c: append_ops.read(c, sid, after, through), read_only=True)
+
+
+def claim_available(
+    ctx: Context,
+    session_id: object,
+    holder: object,
+    ttl_ms: object,
+    expires_at: object,
+    exclude_indexes: object,
+) -> Call[ClaimResult]:
+    sid = validate.name(session_id, "session_id")
+    who = validate.name(holder, "holder")
+    expiry = _lease(ctx, ttl_ms, expires_at)
+    excluded = [
+        validate.integer(index, f"exclude_indexes[{position}]", minimum=1)
+        for position, index in enumerate(validate.sequence(exclude_indexes, "exclude_indexes"))
+    ]
+
+    def run(connection: Connection) -> ClaimResult:
+        now = ctx.now()
+        return claim_ops.claim_available(
+            connection, sid, holder=who, now=now, expires_at=expiry(now), exclude_indexes=excluded
+        )
+
+    return Call(run, lock_session=sid)
+
+
+def renew_claims(
+    ctx: Context,
+    session_id: object,
+    holder: object,
+    claims: object,
+    ttl_ms: object,
+    expires_at: object,
+) -> Call[RenewResult] | Done[RenewResult]:
+    sid = validate.name(session_id, "session_id")
+    who = validate.name(holder, "holder")
+    expiry = _lease(ctx, ttl_ms, expires_at)
+    refs = []
+    for position, ref in enumerate(validate.sequence(claims, "claims")):
+        if not isinstance(ref, ClaimRef):
+            raise invalid(f"claims[{position}]", f"must be a ClaimRef, got {type(ref).__name__}")
+        validate.integer(ref.index, f"claims[{position}].index", minimum=1)
+        validate.integer(ref.attempt, f"claims[{position}].attempt", minimum=1)
+        refs.append(ref)
+    if not refs:
+        return Done(RenewResult(renewed=[], superseded=[]))
+
+    def run(connection: Connection) -> RenewResult:
+        now = ctx.now()
+        return claim_ops.renew_claims(
+            connection, sid, holder=who, claims=refs, now=now, expires_at=expiry(now)
+        )
+
+    return Call(run, lock_session=sid)
+
+
+def complete_attempt(
+    ctx: Context, session_id: object, index: object, attempt: object, events: object
+) -> Call[CompleteResult]:
+    sid = validate.name(session_id, "session_id")
+    at = validate.integer(index, "index", minimum=1)
+    att = validate.integer(attempt, "attempt", minimum=1)
+    batch = _valid_events(ctx, events, "events", for_completion=True)
+    return Call(
+        lambda c: attempt_ops.complete_attempt(
+            c, sid, index=at, attempt=att, batch=batch, now=ctx.now(), new_id=ctx.ids
+        ),
+        lock_session=sid,
+        added_events=lambda result: bool(result.events),
+    )
+
+
+def fail_attempt(
+    ctx: Context,
+    session_id: object,
+    index: object,
+    attempt: object,
+    error: object,
+    max_failures: object,
+) -> Call[FailResult]:
+    sid = validate.name(session_id, "session_id")
+    at = validate.integer(index, "index", minimum=1)
+    att = validate.integer(attempt, "attempt", minimum=1)
+    message = validate.text(error, "error", ctx.limits)
+    limit = validate.integer(max_failures, "max_failures", minimum=1)
+    return Call(
+        lambda c: attempt_ops.fail_attempt(
+            c, sid, index=at, attempt=att, error=message, max_failures=limit, now=ctx.now()
+        ),
+        lock_session=sid,
+    )
+
+
+def read_state(session_id: object, reducer_name: object) -> Call[StateRead]:
+    sid = validate.name(session_id, "session_id")
+    reducer = validate.name(reducer_name, "reducer_name")
+    return Call(lambda c: state_ops.read_state(c, sid, reducer), read_only=True)
+
+
+def put_snapshot(
+    ctx: Context, session_id: object, reducer_name: object, index: object, state: object
+) -> Call[None]:
+    sid = validate.name(session_id, "session_id")
+    reducer = validate.name(reducer_name, "reducer_name")
+    at = validate.integer(index, "index", minimum=1)
+    state_json = validate.json_value(state, "state", ctx.limits)
+    return Call(
+        lambda c: state_ops.put_snapshot(c, ctx.dialect, sid, reducer, at, state_json, ctx.now()),
+        lock_session=sid,
+    )
+
+
+def stream_page(session_id: str, after_index: int, limit: int) -> Call[list[StoredEvent]]:
+    """The next page of a stream (arguments already checked when the stream opened)."""
+    return Call(
+        lambda c: (
+            inspect_ops.read_events(
+                c, session_id, after_index=after_index, through_index=None, limit=limit
+            ).events
+        ),
+        read_only=True,
+    )
+
+
+def presence_set(
+    ctx: Context,
+    ns: object,
+    participant: object,
+    values: object,
+    at: object,
+    seen: object,
+    ttl_ms: object,
+) -> Call[None] | Done[None]:
+    space = validate.name(ns, "ns")
+    who = validate.name(participant, "participant")
+    fields: Mapping[object, JSON] = validate.mapping(values, "values")
+    written_at = truncate_ms(validate.aware_datetime(at, "at"))
+    seen_value = validate.integer(seen, "seen", minimum=-(2**63))
+    ttl = validate.integer(ttl_ms, "ttl_ms", minimum=1)
+    encoded: list[tuple[str, str | None]] = [
+        (
+            validate.name(field, "values key"),
+            None if value is None else validate.json_value(value, f"values[{field!r}]", ctx.limits),
+        )
+        for field, value in fields.items()
+    ]
+    if not encoded:
+        return Done(None)
+
+    def run(connection: Connection) -> None:
+        presence_ops.set_fields(
+            connection,
+            ctx.dialect,
+            space,
+            who,
+            encoded,
+            at=written_at,
+            seen=seen_value,
+            expires_at=ctx.now() + timedelta(milliseconds=ttl),
+        )
+
+    return Call(run)
+
+
+def presence_read(ctx: Context, ns: object) -> Call[list[PresenceEntry]]:
+    space = validate.name(ns, "ns")
+    # Not read-only: reading sweeps the namespace's expired rows.
+    return Call(lambda c: presence_ops.read(c, space, ctx.now()))
+
+
+def list_sessions(ctx: Context, prefix: object, cursor: object, limit: object) -> Call[SessionPage]:
+    if not isinstance(prefix, str):
+        raise invalid("prefix", f"must be a str, got {type(prefix).__name__}")
+    if prefix:
+        validate.name(prefix, "prefix")
+    after = validate.optional_name(cursor, "cursor")
+    count = validate.limit(limit)
+    return Call(
+        lambda c: inspect_ops.list_sessions(
+            c, ctx.dialect, prefix=prefix, cursor=after, limit=count
+        ),
+        read_only=True,
+    )
+
+
+def read_events(
+    session_id: object, after_index: object, through_index: object, limit: object
+) -> Call[EventPage]:
+    sid = validate.name(session_id, "session_id")
+    after = validate.integer(after_index, "after_index", minimum=0)
+    through = _index_bound(through_index, "through_index")
+    count = validate.limit(limit)
+    return Call(
+        lambda c: inspect_ops.read_events(
+            c, sid, after_index=after, through_index=through, limit=count
+        ),
+        read_only=True,
+    )
+
+
+def list_snapshots(session_id: object) -> Call[list[SnapshotInfo]]:
+    sid = validate.name(session_id, "session_id")
+    return Call(lambda c: state_ops.list_snapshots(c, sid), read_only=True)
+
+
+def stream_start(
+    ctx: Context, session_id: object, start_after: object, poll_interval: object
+) -> tuple[str, int, float]:
+    sid = validate.name(session_id, "session_id")
+    start = validate.integer(start_after, "start_after", minimum=0)
+    if poll_interval is None:
+        return sid, start, ctx.dialect.stream_poll_interval
+    if (
+        isinstance(poll_interval, bool)
+        or not isinstance(poll_interval, int | float)
+        or not poll_interval > 0
+    ):
+        raise invalid("poll_interval", "must be a positive number of seconds")
+    return sid, start, float(poll_interval)

@@ -1,0 +1,132 @@
+"""Wake-ups for streams: in-process after a local commit, LISTEN/NOTIFY across processes.
+
+A wake-up is only a hint to re-read: the table is the delivery. A stream
+that misses one still finds every event at its next (slower) poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+
+from sqlalchemy import Engine
+
+log = logging.getLogger(__name__)
+
+# The PostgreSQL channel a2sql notifies on; the payload is the session id.
+CHANNEL = "a2sql_events"
+# A listener that lost its connection waits this long before reconnecting.
+RECONNECT_PAUSE_S = 1.0
+# How often the listener thread checks whether it should stop.
+LISTEN_TICK_S = 0.5
+
+Callback = Callable[[], None]
+ALL_SESSIONS = "\x00all"  # never a session id: names hold no NUL
+
+
+class Wakeups:
+    """Callbacks per (database, session), called when that session may have new events."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._callbacks: dict[tuple[str, str], set[Callback]] = defaultdict(set)
+
+    def subscribe(self, database: str, session_id: str, callback: Callback) -> Callback:
+        """Call ``callback`` on each wake-up of the session; returns the unsubscribe."""
+        key = (database, session_id)
+        with self._lock:
+            self._callbacks[key].add(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                callbacks = self._callbacks.get(key)
+                if callbacks is not None:
+                    callbacks.discard(callback)
+                    if not callbacks:
+                        del self._callbacks[key]
+
+        return unsubscribe
+
+    def wake(self, database: str, session_id: str) -> None:
+        """Wake the session's subscribers (``ALL_SESSIONS`` wakes every session's)."""
+        with self._lock:
+            if session_id == ALL_SESSIONS:
+                targets = [
+                    cb for (db, _), cbs in self._callbacks.items() if db == database for cb in cbs
+                ]
+            else:
+                targets = list(self._callbacks.get((database, session_id), ()))
+        for callback in targets:
+            callback()
+
+
+# One registry per process: every store on the same database shares it, so a
+# stream sees a commit made through any store object of this process.
+LOCAL = Wakeups()
+
+
+def database_key(engine: Engine) -> str:
+    """What identifies the database an engine writes to, within this process."""
+    url = engine.url
+    if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+        return f"sqlite-memory:{id(engine)}"
+    return url.render_as_string(hide_password=True)
+
+
+class PostgresListener:
+    """One LISTEN connection per store, fanning notifications out to ``LOCAL``.
+
+    Runs in a daemon thread with a connection of its own (outside the pool).
+    After a lost connection it reconnects and wakes every stream of the
+    database, since notifications sent meanwhile are gone.
+    """
+
+    def __init__(self, engine: Engine, database: str) -> None:
+        self._engine = engine
+        self._database = database
+        self._stop = threading.Event()
+        self._started = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="a2sql-listen", daemon=True)
+        self.listening = threading.Event()
+
+    def start(self) -> None:
+        with self._lock:
+            if not self._started:
+                self._started = True
+                self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._started:
+            self._thread.join(timeout=LISTEN_TICK_S * 4)
+
+    def _connect(self) -> object:
+        import psycopg
+
+        args, kwargs = self._engine.dialect.create_connect_args(self._engine.url)
+        kwargs.pop("context", None)
+        return psycopg.connect(*args, autocommit=True, **kwargs)
+
+    def _run(self) -> None:
+        import psycopg
+
+        while not self._stop.is_set():
+            try:
+                connection = self._connect()
+                assert isinstance(connection, psycopg.Connection)
+                with connection:
+                    connection.execute(f"LISTEN {CHANNEL}")
+                    self.listening.set()
+                    # Anything committed before LISTEN took effect was not
+                    # announced to us: let every stream re-read once.
+                    LOCAL.wake(self._database, ALL_SESSIONS)
+                    while not self._stop.is_set():
+                        for notice in connection.notifies(timeout=LISTEN_TICK_S):
+                            LOCAL.wake(self._database, notice.payload)
+            except psycopg.Error as error:
+                self.listening.clear()
+                log.warning("a2sql listener lost its connection (%s); reconnecting", error)
+                self._stop.wait(RECONNECT_PAUSE_S)
