@@ -331,18 +331,6 @@ def _case_id(case: Case) -> str:
     return f"{case.method}-{case.argument}"
 
 
-def _value_id(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 24 else f"{text[:20]}...{len(text)}"
-
-
-BAD_PAIRS = [
-    pytest.param(case, value, id=f"{_case_id(case)}={_value_id(value)}")
-    for case in CASES
-    for value in case.bad
-]
-
-
 def _seed(store: Store) -> None:
     """A session with two claimed events, a snapshot and a presence field."""
     store.append("s", [NewEvent("t", {"n": 1}, id="s1"), NewEvent("t", {"n": 2}, id="s2")])
@@ -360,18 +348,24 @@ def _observe(store: Store) -> tuple[object, ...]:
     )
 
 
-@pytest.mark.parametrize(("case", "bad"), BAD_PAIRS)
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_bad_argument_is_invalid_argument_naming_it_and_writes_nothing(
-    store: Store, case: Case, bad: Any
+    store: Store, case: Case
 ) -> None:
-    """SPEC §4: each rejected input -> INVALID_ARGUMENT naming the argument; nothing written."""
+    """SPEC §4: each rejected input -> INVALID_ARGUMENT naming the argument; nothing written.
+
+    Every bad value of the argument is tried in turn on one store, and the
+    store is observed unchanged after each (one store per argument keeps the
+    suite fast on every engine and facade).
+    """
     _seed(store)
     before = _observe(store)
-    with pytest.raises(A2Error) as raised:
-        case.call(store, bad)
-    assert raised.value.code is ErrorCode.INVALID_ARGUMENT, raised.value
-    assert case.argument in raised.value.message, raised.value.message
-    assert _observe(store) == before
+    for bad in case.bad:
+        with pytest.raises(A2Error) as raised:
+            case.call(store, bad)
+        assert raised.value.code is ErrorCode.INVALID_ARGUMENT, (bad, raised.value)
+        assert case.argument in raised.value.message, (bad, raised.value.message)
+        assert _observe(store) == before, bad
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
