@@ -12,6 +12,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import URL, create_engine, make_url, text
@@ -19,8 +20,10 @@ from sqlalchemy import URL, create_engine, make_url, text
 import a2sql
 from a2sql.config import resolve_url
 from a2sql.testing import FakeClock
+from tests.async_adapter import BlockingAsyncStore
 
 ENGINES = ("sqlite_file", "sqlite_memory", "postgres")
+FACADES = ("sync", "async")
 
 
 def _in_ci() -> bool:
@@ -106,26 +109,41 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+@pytest.fixture(params=FACADES)
+def facade(request: pytest.FixtureRequest) -> str:
+    """``sync``: ``Store``; ``async``: ``AsyncStore`` driven through a blocking adapter."""
+    return str(request.param)
+
+
+def _create(facade: str, url: str, **kwargs: Any) -> a2sql.Store:
+    if facade == "async":
+        return BlockingAsyncStore(url, **kwargs)  # type: ignore[return-value]
+    return a2sql.create_store(url, **kwargs)
+
+
 @pytest.fixture
-def store(db_url: str, clock: FakeClock) -> Iterator[a2sql.Store]:
-    """A migrated store on each engine, with a fake clock."""
-    with a2sql.create_store(db_url, clock=clock, migrate=True) as opened:
+def store(db_url: str, clock: FakeClock, facade: str) -> Iterator[a2sql.Store]:
+    """A migrated store on each engine and through each facade, with a fake clock.
+
+    Tests are typed against ``Store``; the async facade answers the same calls.
+    """
+    with _create(facade, db_url, clock=clock, migrate=True) as opened:
         yield opened
 
 
 @pytest.fixture
 def open_store(
-    db_url: str, engine_kind: str, clock: FakeClock
+    db_url: str, engine_kind: str, clock: FakeClock, facade: str
 ) -> Iterator[Callable[..., a2sql.Store]]:
     """Open further stores on the same database as ``store`` (not for SQLite memory)."""
     opened: list[a2sql.Store] = []
 
-    def _open(**kwargs: object) -> a2sql.Store:
+    def _open(**kwargs: Any) -> a2sql.Store:
         if engine_kind == "sqlite_memory":
             pytest.skip("a SQLite memory database belongs to one store")
         kwargs.setdefault("clock", clock)
         kwargs.setdefault("migrate", True)
-        new = a2sql.create_store(db_url, **kwargs)  # type: ignore[arg-type]
+        new = _create(facade, db_url, **kwargs)
         opened.append(new)
         return new
 

@@ -15,6 +15,7 @@ import a2sql
 from a2sql import A2Error, ClaimRef, ErrorCode, NewEvent, Store
 from a2sql.config import resolve_url
 from a2sql.testing import FakeClock
+from tests.async_adapter import execute_sql
 
 Operation = Callable[[Store], object]
 
@@ -124,8 +125,7 @@ def test_table_dropped_under_live_store_is_store_unavailable(
     store.claim_available("s", holder="w", ttl_ms=1000)
     if table != "a2_events":
         store.put_snapshot("s", "r", 1, {"n": 0})
-    with store.engine.begin() as connection:
-        connection.execute(text(f"drop table {table}"))
+    execute_sql(store, text(f"drop table {table}"))
     with pytest.raises(A2Error) as raised:
         OPERATIONS[operation](store)
     assert_unavailable_from_driver(raised.value)
@@ -135,8 +135,7 @@ def test_presence_table_dropped_under_live_store_is_store_unavailable(
     store: Store, clock: FakeClock
 ) -> None:
     """presence.set and presence.read on a dropped a2_presence are STORE_UNAVAILABLE."""
-    with store.engine.begin() as connection:
-        connection.execute(text("drop table a2_presence"))
+    execute_sql(store, text("drop table a2_presence"))
     for call in (
         lambda: store.presence.set("ns", "p", {"f": 1}, at=clock.now(), seen=1, ttl_ms=9),
         lambda: store.presence.read("ns"),

@@ -10,6 +10,7 @@ from sqlalchemy import update
 from a2sql import A2Error, ErrorCode, FailResult, NewEvent, Store
 from a2sql.schema import events as events_table
 from a2sql.testing import FakeClock
+from tests.async_adapter import execute_sql
 
 START = datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
 START_MS = datetime(2026, 3, 4, 5, 6, 7, 123000, tzinfo=UTC)
@@ -140,12 +141,12 @@ def test_fail_of_claim_released_otherwise_is_superseded(store: Store, clock: Fak
     the test releases it with a direct UPDATE, as an operator's tool might.
     """
     attempt = claimed_job(store, clock)
-    with store.engine.begin() as connection:
-        connection.execute(
-            update(events_table)
-            .where(events_table.c.session_id == "s", events_table.c.idx == 1)
-            .values(claim_holder=None, claim_expires_at=None)
-        )
+    execute_sql(
+        store,
+        update(events_table)
+        .where(events_table.c.session_id == "s", events_table.c.idx == 1)
+        .values(claim_holder=None, claim_expires_at=None),
+    )
     before = store.read("s")
     result = store.fail_attempt("s", index=1, attempt=attempt, error="boom", max_failures=1)
     assert result == FailResult("superseded", 0)
