@@ -18,6 +18,7 @@ from a2sql.ops.events import (
     insert_events,
     replay,
     session_status,
+    session_status_and_ids,
 )
 from a2sql.records import AppendResult, StoredEvent
 from a2sql.schema import events as E
@@ -57,13 +58,12 @@ def append(
             ErrorCode.PARTIAL_DUPLICATE_BATCH,
             f"the batch holds event id {repeated!r} more than once",
         )
-    if supplied:
+    last_index, pending_before, taken = session_status_and_ids(connection, session_id, supplied)
+    if taken:
         existing = events_by_id(connection, supplied)
-        if existing:
-            return _replay_or_reject(connection, session_id, batch, existing)
+        return _replay_or_reject(connection, session_id, batch, existing)
 
     _check_fence(connection, session_id, batch)
-    last_index, pending_before = session_status(connection, session_id)
     stored = insert_events(
         connection, session_id, batch, first_index=last_index + 1, now=now, new_id=new_id
     )

@@ -13,12 +13,13 @@ from a2sql.errors import A2Error, ErrorCode
 from a2sql.ops.append import duplicate_ids
 from a2sql.ops.events import (
     EVENT_AT,
+    EVENT_WITH_STATUS,
+    IN_CHUNK,
     SESSION,
     ValidEvent,
     events_by_id,
     insert_events,
     replay,
-    session_status,
 )
 from a2sql.records import CompleteResult, EventCause, FailResult, StoredEvent
 from a2sql.schema import events as E
@@ -80,6 +81,22 @@ def _event_at(connection: Connection, session_id: str, index: int) -> StoredEven
     return stored_event(row)
 
 
+def _event_with_status(
+    connection: Connection, session_id: str, index: int, ids: list[str]
+) -> tuple[StoredEvent, int, bool]:
+    """The event, its session's last index, and whether any of ``ids`` is stored anywhere."""
+    many = len(ids) > IN_CHUNK
+    row = connection.execute(
+        EVENT_WITH_STATUS, {"sid": session_id, "index": index, "ids": [] if many else ids}
+    ).one_or_none()
+    if row is None:
+        raise A2Error(
+            ErrorCode.EVENT_NOT_FOUND, f"no event at index {index} in session {session_id!r}"
+        )
+    taken = bool(events_by_id(connection, ids)) if many else bool(row[-1])
+    return stored_event(row[:-2]), int(row[-2]), taken
+
+
 def complete_attempt(
     connection: Connection,
     session_id: str,
@@ -91,8 +108,8 @@ def complete_attempt(
     new_id: Callable[[], str],
 ) -> CompleteResult:
     """Mark the event processed by ``attempt`` and append what the handler returned (SPEC §3)."""
-    parent = _event_at(connection, session_id, index)
     ids = [event.id for event in batch if event.id is not None]
+    parent, last_index, taken = _event_with_status(connection, session_id, index, ids)
     repeated = duplicate_ids(ids)
     if repeated is not None:
         raise A2Error(
@@ -107,18 +124,20 @@ def complete_attempt(
             return CompleteResult("superseded")
         return CompleteResult("completed", _replay(connection, session_id, parent, caused, ids))
 
-    if parent.attempt_count != attempt or parent.claim_holder is None or parent.failed_at:
+    if (
+        parent.attempt_count != attempt
+        or parent.claim_holder is None
+        or parent.failed_at is not None
+    ):
         return CompleteResult("superseded")
 
-    if ids:
-        taken = events_by_id(connection, ids)
-        if taken:
-            raise A2Error(
-                ErrorCode.PARTIAL_DUPLICATE_BATCH,
-                f"returned event id {next(iter(taken))!r} already exists",
-            )
+    if taken:
+        existing = events_by_id(connection, ids)
+        raise A2Error(
+            ErrorCode.PARTIAL_DUPLICATE_BATCH,
+            f"returned event id {next(iter(existing))!r} already exists",
+        )
 
-    last_index, _ = session_status(connection, session_id)
     connection.execute(
         MARK_PROCESSED,
         {

@@ -47,9 +47,21 @@ LAST_INDEX = select(func.coalesce(func.max(E.c.idx), 0)).where(E.c.session_id ==
 
 HAS_PENDING = select(exists().where(E.c.session_id == SESSION, E.c.processed_at.is_(None)))
 
-SESSION_STATUS = select(
-    select(func.coalesce(func.max(E.c.idx), 0)).where(E.c.session_id == SESSION).scalar_subquery(),
-    exists().where(E.c.session_id == SESSION, E.c.processed_at.is_(None)),
+_LAST_INDEX = (
+    select(func.coalesce(func.max(E.c.idx), 0)).where(E.c.session_id == SESSION).scalar_subquery()
+)
+_HAS_PENDING = exists().where(E.c.session_id == SESSION, E.c.processed_at.is_(None))
+_IDS_TAKEN = exists().where(E.c.event_id.in_(bindparam("ids", expanding=True)))
+
+SESSION_STATUS = select(_LAST_INDEX, _HAS_PENDING)
+# The same, and whether any of the given event ids exists (in any session):
+# the common append needs one statement before its insert.
+SESSION_STATUS_AND_IDS = select(_LAST_INDEX, _HAS_PENDING, _IDS_TAKEN)
+
+# An event with its session's last index and whether any of the given ids is
+# taken: everything complete_attempt reads, in one statement.
+EVENT_WITH_STATUS = select(E, _LAST_INDEX, _IDS_TAKEN).where(
+    E.c.session_id == SESSION, E.c.idx == bindparam("index")
 )
 
 PENDING_LANES = (
@@ -80,6 +92,19 @@ def session_status(connection: Connection, session_id: str) -> tuple[int, bool]:
     """The session's last index (0 when empty) and whether any event is unprocessed."""
     last, pending = connection.execute(SESSION_STATUS, {"sid": session_id}).one()
     return int(last), bool(pending)
+
+
+def session_status_and_ids(
+    connection: Connection, session_id: str, ids: Sequence[str]
+) -> tuple[int, bool, bool]:
+    """``session_status``, and whether any of ``ids`` is already stored anywhere."""
+    if len(ids) > IN_CHUNK:
+        last, pending = session_status(connection, session_id)
+        return last, pending, bool(events_by_id(connection, ids))
+    last, pending, taken = connection.execute(
+        SESSION_STATUS_AND_IDS, {"sid": session_id, "ids": list(ids)}
+    ).one()
+    return int(last), bool(pending), bool(taken)
 
 
 def insert_events(
