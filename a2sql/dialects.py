@@ -15,6 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Insert
 
+from a2sql import driver
 from a2sql.schema import presence, snapshots
 from a2sql.stream import POSTGRES_POLL_INTERVAL_S, SQLITE_POLL_INTERVAL_S
 from a2sql.types import Timestamp
@@ -102,11 +103,11 @@ class PostgresDialect(Dialect):
         self._build_upserts(postgresql.insert)
 
     def lock_session(self, connection: Connection, session_id: str) -> None:
-        connection.execute(self._lock, {"sid": session_id})
+        driver.run(connection, self._lock, {"sid": session_id})
 
     def announce_events(self, connection: Connection, session_id: str) -> None:
         # Delivered at commit, and only then: a rolled back append wakes nobody.
-        connection.execute(self._notify, {"sid": session_id})
+        driver.run(connection, self._notify, {"sid": session_id})
 
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
         # greatest() skips NULLs.

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, bindparam, select
 
+from a2sql import driver
 from a2sql.codec import stored_event
 from a2sql.errors import A2Error, ErrorCode
 from a2sql.ops.events import (
@@ -102,7 +103,8 @@ def _check_fence(connection: Connection, session_id: str, batch: Sequence[ValidE
         return
     parents = {
         idx: (attempt_count, failed_at)
-        for idx, attempt_count, failed_at in connection.execute(
+        for idx, attempt_count, failed_at in driver.rows(
+            connection,
             PARENT_ATTEMPTS,
             {"sid": session_id, "indexes": sorted({c.index for c in causes})},
         )
@@ -126,7 +128,8 @@ def read(
     connection: Connection, session_id: str, after_index: int | None, through_index: int | None
 ) -> list[StoredEvent]:
     """Events with ``after_index < index <= through_index``, by index."""
-    rows = connection.execute(
+    rows = driver.rows(
+        connection,
         EVENTS_BETWEEN,
         {
             "sid": session_id,

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, bindparam, false, func, select, true, update
 
+from a2sql import driver
 from a2sql.codec import encode_ids, stored_event
 from a2sql.errors import A2Error, ErrorCode
 from a2sql.ops.append import duplicate_ids
@@ -73,7 +74,7 @@ MARK_FAILED = (
 
 
 def _event_at(connection: Connection, session_id: str, index: int) -> StoredEvent:
-    row = connection.execute(EVENT_AT, {"sid": session_id, "index": index}).one_or_none()
+    row = driver.first(connection, EVENT_AT, {"sid": session_id, "index": index})
     if row is None:
         raise A2Error(
             ErrorCode.EVENT_NOT_FOUND, f"no event at index {index} in session {session_id!r}"
@@ -86,9 +87,11 @@ def _event_with_status(
 ) -> tuple[StoredEvent, int, bool]:
     """The event, its session's last index, and whether any of ``ids`` is stored anywhere."""
     many = len(ids) > IN_CHUNK
-    row = connection.execute(
-        EVENT_WITH_STATUS, {"sid": session_id, "index": index, "ids": [] if many else ids}
-    ).one_or_none()
+    row = driver.first(
+        connection,
+        EVENT_WITH_STATUS,
+        {"sid": session_id, "index": index, "ids": [] if many else ids},
+    )
     if row is None:
         raise A2Error(
             ErrorCode.EVENT_NOT_FOUND, f"no event at index {index} in session {session_id!r}"
@@ -138,7 +141,8 @@ def complete_attempt(
             f"returned event id {next(iter(existing))!r} already exists",
         )
 
-    connection.execute(
+    driver.run(
+        connection,
         MARK_PROCESSED,
         {
             "sid": session_id,
@@ -149,7 +153,7 @@ def complete_attempt(
         },
     )
     if parent.lane is not None:
-        connection.execute(PROMOTE_LANE_HEAD, {"sid": session_id, "lane_name": parent.lane})
+        driver.run(connection, PROMOTE_LANE_HEAD, {"sid": session_id, "lane_name": parent.lane})
     stored = insert_events(
         connection, session_id, caused, first_index=last_index + 1, now=now, new_id=new_id
     )
@@ -209,7 +213,8 @@ def fail_attempt(
         return FailResult("failed" if retried else "superseded", event.failure_count)
     failures = event.failure_count + 1
     dead = failures >= max_failures
-    connection.execute(
+    driver.run(
+        connection,
         MARK_FAILED,
         {
             "sid": session_id,

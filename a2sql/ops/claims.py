@@ -7,6 +7,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, bindparam, func, or_, select, true, tuple_, update
 
+from a2sql import driver
 from a2sql.codec import stored_event
 from a2sql.ops.events import SESSION
 from a2sql.records import ClaimRef, ClaimResult, RenewResult
@@ -80,12 +81,12 @@ def claim_available(
     else:
         statement = CLAIM
     claimed = sorted(
-        (stored_event(row) for row in connection.execute(statement, params)),
+        (stored_event(row) for row in driver.rows(connection, statement, params)),
         key=lambda event: event.index,
     )
     if claimed:
         return ClaimResult("claimed", claimed)
-    retry_at = connection.scalar(NEXT_EXPIRY, {"sid": session_id, "now": now})
+    [(retry_at,)] = driver.rows(connection, NEXT_EXPIRY, {"sid": session_id, "now": now})
     if retry_at is None:
         return ClaimResult("settled")
     return ClaimResult("busy", retry_at=retry_at)
@@ -103,8 +104,10 @@ def renew_claims(
     """Extend the claims still held by ``holder`` as their current attempt (SPEC §3)."""
     current: dict[int, int] = {
         idx: attempt_count
-        for idx, attempt_count in connection.execute(
-            CURRENT_ATTEMPTS, {"sid": session_id, "indexes": sorted({c.index for c in claims})}
+        for idx, attempt_count in driver.rows(
+            connection,
+            CURRENT_ATTEMPTS,
+            {"sid": session_id, "indexes": sorted({c.index for c in claims})},
         )
     }
     superseded = {c.index for c in claims if c.index in current and current[c.index] > c.attempt}
@@ -113,8 +116,10 @@ def renew_claims(
     )
     renewed: set[int] = set()
     if candidates:
-        renewed = set(
-            connection.scalars(
+        renewed = {
+            idx
+            for (idx,) in driver.rows(
+                connection,
                 RENEW,
                 {
                     "sid": session_id,
@@ -124,5 +129,5 @@ def renew_claims(
                     "expires_at": expires_at,
                 },
             )
-        )
+        }
     return RenewResult(renewed=sorted(renewed), superseded=sorted(superseded))

@@ -9,6 +9,7 @@ from datetime import datetime
 
 from sqlalchemy import BindParameter, Connection, bindparam, exists, func, insert, select
 
+from a2sql import driver
 from a2sql.codec import canonical_json, encode_cause, stored_event
 from a2sql.errors import A2Error, ErrorCode
 from a2sql.records import EventCause, StoredEvent
@@ -74,7 +75,24 @@ PENDING_LANES = (
     .distinct()
 )
 
-INSERT_EVENTS = insert(E)
+# The columns an append sets; the others keep their defaults.
+INSERT_EVENTS = insert(E).values(
+    {
+        name: bindparam(name)
+        for name in (
+            "session_id",
+            "idx",
+            "event_type",
+            "payload",
+            "event_id",
+            "created_at",
+            "cause",
+            "lane",
+            "lane_ready",
+            "processed_at",
+        )
+    }
+)
 
 
 def events_by_id(connection: Connection, ids: Sequence[str]) -> dict[str, StoredEvent]:
@@ -82,7 +100,7 @@ def events_by_id(connection: Connection, ids: Sequence[str]) -> dict[str, Stored
     found: dict[str, StoredEvent] = {}
     for start in range(0, len(ids), IN_CHUNK):
         chunk = list(ids[start : start + IN_CHUNK])
-        for row in connection.execute(EVENTS_BY_ID, {"ids": chunk}):
+        for row in driver.rows(connection, EVENTS_BY_ID, {"ids": chunk}):
             event = stored_event(row)
             found[event.id] = event
     return found
@@ -90,7 +108,7 @@ def events_by_id(connection: Connection, ids: Sequence[str]) -> dict[str, Stored
 
 def session_status(connection: Connection, session_id: str) -> tuple[int, bool]:
     """The session's last index (0 when empty) and whether any event is unprocessed."""
-    last, pending = connection.execute(SESSION_STATUS, {"sid": session_id}).one()
+    [(last, pending)] = driver.rows(connection, SESSION_STATUS, {"sid": session_id})
     return int(last), bool(pending)
 
 
@@ -101,9 +119,9 @@ def session_status_and_ids(
     if len(ids) > IN_CHUNK:
         last, pending = session_status(connection, session_id)
         return last, pending, bool(events_by_id(connection, ids))
-    last, pending, taken = connection.execute(
-        SESSION_STATUS_AND_IDS, {"sid": session_id, "ids": list(ids)}
-    ).one()
+    [(last, pending, taken)] = driver.rows(
+        connection, SESSION_STATUS_AND_IDS, {"sid": session_id, "ids": list(ids)}
+    )
     return int(last), bool(pending), bool(taken)
 
 
@@ -127,7 +145,12 @@ def insert_events(
     lanes = sorted({event.lane for event in batch if event.lane is not None})
     busy_lanes: set[str] = set()
     if lanes:
-        busy_lanes = set(connection.scalars(PENDING_LANES, {"sid": session_id, "lanes": lanes}))
+        busy_lanes = {
+            lane
+            for (lane,) in driver.rows(
+                connection, PENDING_LANES, {"sid": session_id, "lanes": lanes}
+            )
+        }
     rows = []
     stored = []
     for offset, event in enumerate(batch):
@@ -176,7 +199,7 @@ def insert_events(
                 claim_expires_at=None,
             )
         )
-    connection.execute(INSERT_EVENTS, rows)
+    driver.run_many(connection, INSERT_EVENTS, rows)
     return stored
 
 

@@ -18,6 +18,7 @@ from sqlalchemy import (
     select,
 )
 
+from a2sql import driver
 from a2sql.codec import stored_event
 from a2sql.dialects import Dialect
 from a2sql.ops.events import SESSION, session_status
@@ -88,7 +89,7 @@ def list_sessions(
     params: dict[str, object] = {"lower": cursor if strict else prefix, "limit": limit + 1}
     if upper is not None:
         params["upper"] = upper
-    rows = connection.execute(_summaries(dialect, strict, upper is not None), params).all()
+    rows = driver.rows(connection, _summaries(dialect, strict, upper is not None), params)
     sessions = [
         SessionSummary(
             session_id=row[0],
@@ -117,7 +118,9 @@ def read_events(
     """A page of events up to the frontier (the last index at the call), and that cap."""
     frontier, _ = session_status(connection, session_id)
     through = frontier if through_index is None else min(through_index, frontier)
-    rows = connection.execute(
-        PAGE, {"sid": session_id, "after": after_index, "through": through, "limit": limit}
+    rows = driver.rows(
+        connection,
+        PAGE,
+        {"sid": session_id, "after": after_index, "through": through, "limit": limit},
     )
     return EventPage(events=[stored_event(row) for row in rows], through_index=through)

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from sqlalchemy import BindParameter, Connection, bindparam, delete, select
 
+from a2sql import driver
 from a2sql.dialects import Dialect
 from a2sql.records import PresenceEntry
 from a2sql.schema import presence as P
@@ -50,8 +51,10 @@ def set_fields(
     upserts = []
     for field, value_json in sorted(fields, key=lambda item: item[0]):
         if value_json is None:
-            connection.execute(
-                DELETE_FIELD, {"ns": ns, "participant": participant, "field": field, "at": at}
+            driver.run(
+                connection,
+                DELETE_FIELD,
+                {"ns": ns, "participant": participant, "field": field, "at": at},
             )
         else:
             upserts.append(
@@ -66,15 +69,15 @@ def set_fields(
                 }
             )
     if upserts:
-        connection.execute(dialect.upsert_presence, upserts)
+        driver.run_many(connection, dialect.upsert_presence, upserts)
 
 
 def read(connection: Connection, ns: str, now: datetime) -> list[PresenceEntry]:
     """Sweep the namespace's expired fields, then return the live ones."""
-    connection.execute(SWEEP, {"ns": ns, "now": now})
+    driver.run(connection, SWEEP, {"ns": ns, "now": now})
     return [
         PresenceEntry(participant, field, value, seen, at, expires_at)
-        for participant, field, value, seen, at, expires_at in connection.execute(
-            LIVE, {"ns": ns, "now": now}
+        for participant, field, value, seen, at, expires_at in driver.rows(
+            connection, LIVE, {"ns": ns, "now": now}
         )
     ]

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, bindparam, select
 
+from a2sql import driver
 from a2sql.codec import event_of, stored_event
 from a2sql.dialects import Dialect
 from a2sql.errors import invalid
@@ -26,11 +27,10 @@ SNAPSHOTS_OF_SESSION = (
 
 def read_state(connection: Connection, session_id: str, reducer_name: str) -> StateRead:
     """The reducer's snapshot (or None) and every event after it, by index."""
-    row = connection.execute(
-        SNAPSHOT_OF, {"sid": session_id, "reducer": reducer_name}
-    ).one_or_none()
+    row = driver.first(connection, SNAPSHOT_OF, {"sid": session_id, "reducer": reducer_name})
     snapshot = None if row is None else Snapshot(index=row[0], state=row[1])
-    rows = connection.execute(
+    rows = driver.rows(
+        connection,
         EVENTS_BETWEEN,
         {
             "sid": session_id,
@@ -58,7 +58,8 @@ def put_snapshot(
             f"must be at most the session's last index ({last_index}) "
             f"for session {session_id!r}, got {index}",
         )
-    connection.execute(
+    driver.run(
+        connection,
         dialect.upsert_snapshot,
         {
             "session_id": session_id,
@@ -73,5 +74,7 @@ def put_snapshot(
 def list_snapshots(connection: Connection, session_id: str) -> list[SnapshotInfo]:
     return [
         SnapshotInfo(reducer_name=name, index=index, updated_at=updated_at)
-        for name, index, updated_at in connection.execute(SNAPSHOTS_OF_SESSION, {"sid": session_id})
+        for name, index, updated_at in driver.rows(
+            connection, SNAPSHOTS_OF_SESSION, {"sid": session_id}
+        )
     ]
