@@ -215,7 +215,12 @@ class AsyncStore:
             await self._engine.dispose()
 
     async def __aenter__(self) -> AsyncStore:
-        await self.ensure_schema()
+        try:
+            await self.ensure_schema()
+        except BaseException:
+            # The caller never gets the store: release what it opened.
+            await self.close()
+            raise
         return self
 
     async def __aexit__(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import TracebackType
@@ -53,6 +54,8 @@ class EventStream(Iterator[StoredEvent]):
         self._closed = False
         self._wake = threading.Event()
         self._unsubscribe = subscribe(self._wake.set)
+        # A stream dropped without close() must not stay subscribed forever.
+        self._finalizer = weakref.finalize(self, self._unsubscribe)
 
     @property
     def last_index(self) -> int:
@@ -95,7 +98,7 @@ class EventStream(Iterator[StoredEvent]):
         if not self._closed:
             self._closed = True
             self._buffer.clear()
-            self._unsubscribe()
+            self._finalizer()
             self._wake.set()
 
     def __enter__(self) -> EventStream:
@@ -111,7 +114,11 @@ class EventStream(Iterator[StoredEvent]):
 
 
 class AsyncEventStream(AsyncIterator[StoredEvent]):
-    """The async iterator of ``AsyncStore.stream``; ``aclose()`` or cancelling ends it."""
+    """The async iterator of ``AsyncStore.stream``.
+
+    ``aclose()`` (or leaving ``async with``) ends it, and so does cancelling
+    the task while it waits in ``__anext__``.
+    """
 
     def __init__(
         self,
@@ -126,15 +133,16 @@ class AsyncEventStream(AsyncIterator[StoredEvent]):
         self._poll_interval = poll_interval
         self._buffer: deque[StoredEvent] = deque()
         self._closed = False
-        self._wake = asyncio.Event()
+        self._wake = event = asyncio.Event()
         loop = asyncio.get_running_loop()
 
         def wake() -> None:
             # Called from a committing thread, a listener thread or this loop.
+            # It holds the event, not the stream, so a dropped stream is freed.
             with contextlib.suppress(RuntimeError):  # a closed loop has nobody waiting
-                loop.call_soon_threadsafe(self._wake.set)
+                loop.call_soon_threadsafe(event.set)
 
-        self._unsubscribe = subscribe(wake)
+        self._finalizer = weakref.finalize(self, subscribe(wake))
 
     @property
     def last_index(self) -> int:
@@ -145,16 +153,21 @@ class AsyncEventStream(AsyncIterator[StoredEvent]):
         return self
 
     async def __anext__(self) -> StoredEvent:
-        while not self._buffer:
-            if self._closed:
-                raise StopAsyncIteration
-            self._wake.clear()
-            page = await self._read_page(self._last_index, STREAM_PAGE)
-            if page:
-                self._buffer.extend(page)
-            else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._poll_interval)
+        try:
+            while not self._buffer:
+                if self._closed:
+                    raise StopAsyncIteration
+                self._wake.clear()
+                page = await self._read_page(self._last_index, STREAM_PAGE)
+                if page:
+                    self._buffer.extend(page)
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), self._poll_interval)
+        except asyncio.CancelledError:
+            # Cancelling the task that iterates ends the stream.
+            self._close()
+            raise
         if self._closed:
             raise StopAsyncIteration
         event = self._buffer.popleft()
@@ -175,10 +188,13 @@ class AsyncEventStream(AsyncIterator[StoredEvent]):
 
     async def aclose(self) -> None:
         """Stop the stream."""
+        self._close()
+
+    def _close(self) -> None:
         if not self._closed:
             self._closed = True
             self._buffer.clear()
-            self._unsubscribe()
+            self._finalizer()
             self._wake.set()
 
     async def __aenter__(self) -> AsyncEventStream:

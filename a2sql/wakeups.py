@@ -7,6 +7,7 @@ that misses one still finds every event at its next (slower) poll.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -70,9 +71,13 @@ LOCAL = Wakeups()
 def database_key(engine: Engine) -> str:
     """What identifies the database an engine writes to, within this process."""
     url = engine.url
-    if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
-        return f"sqlite-memory:{id(engine)}"
-    return url.render_as_string(hide_password=True)
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        if url.database in (None, "", ":memory:"):
+            return f"sqlite-memory:{id(engine)}"
+        # The same file, whatever the driver (Store and AsyncStore) or spelling.
+        return f"sqlite:{os.path.realpath(url.database)}"
+    return url.set(drivername=backend).render_as_string(hide_password=True)
 
 
 class PostgresListener:
