@@ -1,0 +1,421 @@
+"""Live streams on real engines: other writers, wake-ups, closing (SPEC §3 stream; issue 4).
+
+Not conformance tests: these use real time, real threads and real processes
+(SQLite has no cross-process wake-up, PostgreSQL wakes on LISTEN/NOTIFY).
+Every wait is bounded, so a broken wake-up fails a test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.util import await_only
+
+import a2sql
+from a2sql import AsyncStore, EventStream, NewEvent, Store, StoredEvent
+from tests.async_adapter import BlockingAsyncStore
+
+ROOT = Path(__file__).resolve().parent.parent
+# A poll interval no test waits out: delivery before it proves a wake-up.
+LONG_POLL_S = 30.0
+# How long a woken stream may take to deliver, far below LONG_POLL_S.
+WAKE_DEADLINE_S = 3.0
+# Time for a reader to read an empty session and start waiting.
+SETTLE_S = 0.5
+
+# Another process appending: opens a store, says "ready", appends the batches
+# (sizes in argv) on "go", says "done".
+WRITER = """
+import json, sys
+import a2sql
+from a2sql import NewEvent
+
+url, session_id, sizes = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+with a2sql.create_store(url, migrate=False) as store:
+    print("ready", flush=True)
+    sys.stdin.readline()
+    n = 0
+    for size in sizes:
+        store.append(session_id, [NewEvent("burst", {"n": n + k}) for k in range(size)])
+        n += size
+    print("done", flush=True)
+"""
+
+
+def burst_sizes(total: int) -> list[int]:
+    """Batch sizes mixing single appends and batches, summing to ``total``."""
+    pattern = [1, 1, 5, 1, 20, 1, 1, 3, 1, 50, 1, 2]
+    sizes: list[int] = []
+    while sum(sizes) < total:
+        sizes.append(min(pattern[len(sizes) % len(pattern)], total - sum(sizes)))
+    return sizes
+
+
+class Writer:
+    """A writer in another process (``subprocess``), started and waited on with timeouts."""
+
+    def __init__(self, url: str, session_id: str, sizes: list[int]) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", WRITER, url, session_id, json.dumps(sizes)],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.expect("ready", timeout=20)
+
+    def expect(self, word: str, *, timeout: float) -> None:
+        stdout = self._process.stdout
+        assert stdout is not None
+        ready, _, _ = select.select([stdout], [], [], timeout)
+        line = stdout.readline().strip() if ready else ""
+        if line != word:
+            self.kill()
+            stderr = self._process.stderr.read() if self._process.stderr else ""
+            raise AssertionError(f"writer did not say {word!r} (got {line!r}): {stderr}")
+
+    def go(self) -> None:
+        stdin = self._process.stdin
+        assert stdin is not None
+        stdin.write("go\n")
+        stdin.flush()
+
+    def kill(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait(timeout=10)
+
+    def finish(self, *, timeout: float) -> None:
+        self.expect("done", timeout=timeout)
+        assert self._process.wait(timeout=timeout) == 0
+
+
+class Reader:
+    """Iterates a stream in a thread, recording each event and when it arrived."""
+
+    def __init__(self, stream: EventStream, want: int) -> None:
+        self.stream = stream
+        self.want = want
+        self.events: list[StoredEvent] = []
+        self.arrivals: list[float] = []
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            for each in self.stream:
+                self.events.append(each)
+                self.arrivals.append(time.monotonic())
+                if len(self.events) >= self.want:
+                    break
+        except BaseException as error:
+            self.error = error
+        finally:
+            self.finished.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the reader got its events in time; if not, its stream is closed."""
+        done = self.finished.wait(timeout)
+        if not done:
+            self.stream.close()
+            self.finished.wait(5)
+        assert self.error is None, self.error
+        return done
+
+    @property
+    def indexes(self) -> list[int]:
+        return [each.index for each in self.events]
+
+
+# --- fixtures -----------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite_file", "postgres"])
+def live_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database several connections and processes can share."""
+    if request.param == "sqlite_file":
+        return f"sqlite:///{tmp_path / 'live.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def _open(facade: str, url: str) -> Store:
+    if facade == "async":
+        return BlockingAsyncStore(url, migrate=True)  # type: ignore[return-value]
+    return a2sql.create_store(url, migrate=True)
+
+
+def checked_out(store: Store) -> int:
+    """Connections of the store's pool in use right now."""
+    if isinstance(store, BlockingAsyncStore):
+        return int(store.async_store.engine.sync_engine.pool.checkedout())
+    return int(store.engine.pool.checkedout())  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def open_live(live_url: str) -> Iterator[Callable[[str], Store]]:
+    """Open stores of a facade (``sync`` or ``async``) on ``live_url``; closed afterwards."""
+    opened: list[Store] = []
+
+    def open_one(facade: str) -> Store:
+        store = _open(facade, live_url)
+        opened.append(store)
+        return store
+
+    yield open_one
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def live(open_live: Callable[[str], Store], facade: str) -> Store:
+    return open_live(facade)
+
+
+# --- other writers ----------------------------------------------------------------
+
+
+def test_burst_of_1000_appends_from_another_process_arrives_in_order_once(
+    live: Store, live_url: str
+) -> None:
+    """stream: 1000 events appended by another process (singles and batches) while the
+    stream reads arrive in index order, none skipped, none repeated."""
+    sizes = burst_sizes(1000)
+    assert 1 in sizes and max(sizes) > 1
+    writer = Writer(live_url, "s", sizes)
+    with live.stream("s") as stream:
+        reader = Reader(stream, want=1000)
+        writer.go()
+        writer.finish(timeout=30)
+        assert reader.wait(10), f"stream delivered {len(reader.events)} of 1000"
+        assert reader.indexes == list(range(1, 1001))
+        assert [each.payload for each in reader.events] == [{"n": n} for n in range(1000)]
+        assert len({each.id for each in reader.events}) == 1000
+        assert {each.session_id for each in reader.events} == {"s"}
+        assert stream.poll() == []
+    assert reader.events == live.read("s")
+
+
+def test_stream_start_after_k_begins_at_k_plus_1_then_follows_another_process(
+    live: Store, live_url: str
+) -> None:
+    """stream: start_after=k yields index k+1 first, then what another process appends."""
+    live.append("s", [NewEvent("early", i) for i in range(10)])
+    writer = Writer(live_url, "s", [1, 4, 1])
+    with live.stream("s", start_after=7) as stream:
+        reader = Reader(stream, want=9)
+        writer.go()
+        writer.finish(timeout=30)
+        assert reader.wait(10), reader.indexes
+    assert reader.indexes == list(range(8, 17))
+    assert [each.type for each in reader.events] == ["early"] * 3 + ["burst"] * 6
+
+
+# --- wake-ups -------------------------------------------------------------------
+
+
+def _delivery_after_append(stream: EventStream, append: Callable[[], object]) -> float:
+    """Seconds from the start of ``append()`` to the stream's delivery of the new event."""
+    reader = Reader(stream, want=1)
+    time.sleep(SETTLE_S)
+    assert reader.events == []
+    started = time.monotonic()
+    append()
+    assert reader.wait(WAKE_DEADLINE_S), "the stream was not woken: it waited for its poll"
+    return reader.arrivals[0] - started
+
+
+def test_append_by_another_store_of_this_process_wakes_stream_before_poll_interval(
+    live: Store, open_live: Callable[[str], Store], facade: str
+) -> None:
+    """stream: a commit through another store object of this process wakes a waiting
+    stream at once, long before its poll interval."""
+    other = open_live(facade)
+    with live.stream("s", poll_interval=LONG_POLL_S) as stream:
+        latency = _delivery_after_append(stream, lambda: other.append("s", [NewEvent("t")]))
+    assert latency < WAKE_DEADLINE_S
+
+
+def test_append_through_the_other_facade_wakes_stream_before_poll_interval(
+    live: Store, open_live: Callable[[str], Store], facade: str
+) -> None:
+    """stream: an AsyncStore commit wakes a Store stream of this process on the same
+    database, and a Store commit an AsyncStore stream (one in-process wake-up registry)."""
+    other = open_live("sync" if facade == "async" else "async")
+    with live.stream("s", poll_interval=LONG_POLL_S) as stream:
+        latency = _delivery_after_append(stream, lambda: other.append("s", [NewEvent("t")]))
+    assert latency < WAKE_DEADLINE_S
+
+
+@pytest.mark.parametrize("live_url", ["postgres"], indirect=True)
+def test_postgres_append_from_another_process_wakes_stream_via_listen_notify(
+    live: Store, live_url: str
+) -> None:
+    """stream on PostgreSQL: a commit in another process wakes a waiting stream through
+    LISTEN/NOTIFY, long before its poll interval."""
+    writer = Writer(live_url, "s", [1])
+    try:
+        with live.stream("s", poll_interval=LONG_POLL_S) as stream:
+            latency = _delivery_after_append(stream, writer.go)
+        writer.finish(timeout=10)
+    finally:
+        writer.kill()
+    assert latency < WAKE_DEADLINE_S
+
+
+def test_many_waiting_streams_hold_no_pooled_connection_and_all_wake(live: Store) -> None:
+    """stream: waiting streams hold no connection of the pool (one listener per store on
+    PostgreSQL); one commit wakes all of them."""
+    before = checked_out(live)
+    streams = [live.stream("s", poll_interval=LONG_POLL_S) for _ in range(20)]
+    try:
+        readers = [Reader(stream, want=1) for stream in streams]
+        time.sleep(SETTLE_S * 2)
+        assert checked_out(live) == before
+        live.append("s", [NewEvent("t", id="e1")])
+        deadline = time.monotonic() + WAKE_DEADLINE_S
+        for reader in readers:
+            assert reader.wait(max(0.0, deadline - time.monotonic()))
+            assert [each.id for each in reader.events] == ["e1"]
+    finally:
+        for stream in streams:
+            stream.close()
+    assert checked_out(live) == before
+
+
+# --- closing --------------------------------------------------------------------------
+
+
+def test_close_returns_a_blocked_next_in_another_thread_and_releases_connection(
+    live: Store,
+) -> None:
+    """stream: close() from another thread ends a next() waiting for events promptly;
+    the pool is back to its checked-out count from before the stream."""
+    live.append("s", [NewEvent("t", id="e1")])
+    before = checked_out(live)
+    stream = live.stream("s", poll_interval=LONG_POLL_S)
+    reader = Reader(stream, want=2)
+    time.sleep(SETTLE_S)
+    assert [each.id for each in reader.events] == ["e1"]
+    assert not reader.finished.is_set()
+    closed_at = time.monotonic()
+    stream.close()
+    assert reader.finished.wait(WAKE_DEADLINE_S), "next() still blocked after close()"
+    assert time.monotonic() - closed_at < WAKE_DEADLINE_S
+    assert reader.error is None and len(reader.events) == 1
+    assert checked_out(live) == before
+    live.append("s", [NewEvent("t", id="e2")])
+    assert stream.poll() == []
+
+
+def test_close_after_reading_a_burst_releases_connection(live: Store) -> None:
+    """stream: a stream closed midway through several pages leaves no connection checked out."""
+    live.append("s", [NewEvent("t", i) for i in range(450)])
+    before = checked_out(live)
+    with live.stream("s") as stream:
+        assert [next(stream).index for _ in range(170)] == list(range(1, 171))
+    assert checked_out(live) == before
+
+
+# --- cancelling an async stream's task ------------------------------------------------
+
+
+class Gate:
+    """Suspends the stream's page read (inside its transaction) until cancelled."""
+
+    def __init__(self, store: AsyncStore) -> None:
+        self.armed = False
+        self.reached = asyncio.Event()
+        self._store = store
+        event.listen(store.engine.sync_engine, "before_cursor_execute", self._hook)
+
+    def _hook(self, *args: Any) -> None:
+        statement = str(args[2]).lower()
+        if self.armed and "from a2_events" in statement:
+            self.armed = False
+            self.reached.set()
+            await_only(asyncio.get_running_loop().create_future())  # until cancelled
+
+    def remove(self) -> None:
+        event.remove(self._store.engine.sync_engine, "before_cursor_execute", self._hook)
+
+
+async def _cancel(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, WAKE_DEADLINE_S)
+
+
+def test_cancelling_async_stream_task_releases_connection(live_url: str) -> None:
+    """AsyncStore.stream: cancelling the task that iterates it, while it waits and while
+    it reads a page, leaves the pool's checked-out count as before."""
+
+    async def scenario() -> None:
+        async with a2sql.create_async_store(live_url, migrate=True) as store:
+            await store.append("s", [NewEvent("t", i) for i in range(3)])
+            pool = store.engine.sync_engine.pool
+            before = pool.checkedout()
+            got: list[int] = []
+
+            async def consume() -> None:
+                async for each in store.stream("s", poll_interval=LONG_POLL_S):
+                    got.append(each.index)
+
+            waiting = asyncio.create_task(consume())
+            await asyncio.sleep(SETTLE_S)
+            assert got == [1, 2, 3] and not waiting.done()
+            await _cancel(waiting)
+            assert pool.checkedout() == before
+
+            gate = Gate(store)
+            try:
+                gate.armed = True
+                reading = asyncio.create_task(consume())
+                await asyncio.wait_for(gate.reached.wait(), WAKE_DEADLINE_S)
+                assert pool.checkedout() == before + 1
+                await _cancel(reading)
+            finally:
+                gate.remove()
+            assert pool.checkedout() == before
+            await store.append("s", [NewEvent("t", 3)])
+            assert [each.index for each in await store.read("s")] == [1, 2, 3, 4]
+
+    asyncio.run(scenario())
+
+
+def test_aclose_from_another_task_ends_a_waiting_async_stream(live_url: str) -> None:
+    """AsyncStore.stream: aclose() ends an iteration waiting for events promptly and
+    releases its connection."""
+
+    async def scenario() -> None:
+        async with a2sql.create_async_store(live_url, migrate=True) as store:
+            pool = store.engine.sync_engine.pool
+            before = pool.checkedout()
+            stream = store.stream("s", poll_interval=LONG_POLL_S)
+            got: list[int] = []
+
+            async def consume() -> None:
+                async for each in stream:
+                    got.append(each.index)
+
+            task = asyncio.create_task(consume())
+            await asyncio.sleep(SETTLE_S)
+            assert not task.done()
+            await stream.aclose()
+            await asyncio.wait_for(task, WAKE_DEADLINE_S)
+            assert got == []
+            assert pool.checkedout() == before
+
+    asyncio.run(scenario())
