@@ -13,6 +13,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
+from a2sql.driver import execute_text
 from a2sql.errors import invalid
 
 ENV_URL = "A2SQL_DATABASE_URL"
@@ -128,10 +129,8 @@ def _on_connect(dbapi_connection: Any, _record: Any) -> None:
 def _on_begin(connection: Any) -> None:
     # A deferred transaction that later writes can fail with "database is
     # locked" whatever the busy timeout; writers take the lock up front.
-    if connection.get_execution_options().get(READ_ONLY):
-        connection.exec_driver_sql("BEGIN")
-    else:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    read_only = connection.get_execution_options().get(READ_ONLY)
+    execute_text(connection, "BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 def install_sqlite_hooks(engine: Engine) -> None:

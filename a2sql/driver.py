@@ -116,6 +116,19 @@ def _execute(
     return prepared.process_rows(rows) if rows else []
 
 
+def execute_text(connection: Connection, sql: str) -> None:
+    """Run a fixed SQL text with no parameters (BEGIN IMMEDIATE, say) the same way."""
+    cursor = connection.connection.cursor()
+    try:
+        if connection.dispatch.before_cursor_execute:
+            connection.dispatch.before_cursor_execute(connection, cursor, sql, (), None, False)
+        cursor.execute(sql)
+    except Exception as error:
+        connection._handle_dbapi_exception(error, sql, (), cursor, None)
+    finally:
+        cursor.close()
+
+
 def rows(connection: Connection, statement: ClauseElement, params: Params) -> list[Row]:
     """Every row of ``statement``, processed to Python values."""
     return _execute(connection, statement, params, fetch=True)
