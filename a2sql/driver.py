@@ -13,6 +13,7 @@ compiled bind processors, and its rows by the columns' result processors.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
@@ -24,17 +25,40 @@ Params = Mapping[str, Any]
 Row = tuple[Any, ...]
 
 
+MAX_SHAPES = 64
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """An expanding statement rendered for given list lengths."""
+
+    sql: str
+    names: Sequence[str] | None
+    processors: Mapping[str, Any]
+    expansion: dict[str, list[str]]
+
+
 class _Prepared:
     """One statement compiled for one dialect, with its processors."""
 
-    __slots__ = ("compiled", "expanding", "names", "processors", "result_processors", "sql")
+    __slots__ = (
+        "compiled",
+        "expanding",
+        "names",
+        "processors",
+        "result_processors",
+        "shapes",
+        "sql",
+    )
 
     def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
         compiled = statement.compile(dialect=dialect)
         assert isinstance(compiled, SQLCompiler)
         self.compiled = compiled
         self.sql = compiled.string
-        self.expanding = "POSTCOMPILE" in compiled.string
+        self.expanding = [name for name, bind in compiled.binds.items() if bind.expanding]
+        # Expanded SQL per list length: rendering it costs ~50 µs a call.
+        self.shapes: dict[tuple[int, ...], _Shape] = {}
         self.names = compiled.positiontup
         self.processors: Mapping[str, Any] = dict(compiled._bind_processors)
         self.result_processors: list[Callable[[Any], Any] | None] = [
@@ -45,14 +69,14 @@ class _Prepared:
         """The SQL text and the driver's parameters for ``params``."""
         processors: Mapping[str, Any]
         if self.expanding:
-            state = self.compiled.construct_expanded_state(dict(params))
-            sql, values, processors, names = (
-                state.statement,
-                dict(state.parameters),
-                # Only the processors of the expanded names; the others stay.
-                {**self.processors, **state.processors},
-                state.positiontup,
-            )
+            shape = self._shape(params)
+            values = dict(self.compiled.construct_params(params))
+            for name, expanded in shape.expansion.items():
+                items = values.pop(name)
+                if items and isinstance(items[0], tuple):  # tuple IN: flattened in order
+                    items = [item for row in items for item in row]
+                values.update(zip(expanded, items, strict=True))
+            sql, processors, names = shape.sql, shape.processors, shape.names
         else:
             sql, values, processors, names = (
                 self.sql,
@@ -66,6 +90,22 @@ class _Prepared:
         if names is not None:
             return sql, tuple(values[name] for name in names)
         return sql, values
+
+    def _shape(self, params: Params) -> _Shape:
+        lengths = tuple(len(params[name]) for name in self.expanding)
+        shape = self.shapes.get(lengths)
+        if shape is None:
+            state = self.compiled.construct_expanded_state(dict(params))
+            shape = _Shape(
+                sql=state.statement,
+                names=state.positiontup,
+                # Only the processors of the expanded names; the others stay.
+                processors={**self.processors, **state.processors},
+                expansion={name: list(state.parameter_expansion[name]) for name in self.expanding},
+            )
+            if len(self.shapes) < MAX_SHAPES:
+                self.shapes[lengths] = shape
+        return shape
 
     def process_rows(self, rows: Sequence[Row]) -> list[Row]:
         processors = self.result_processors
