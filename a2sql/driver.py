@@ -120,13 +120,15 @@ class _Prepared:
         ]
 
 
-_prepared: dict[tuple[int, str], _Prepared] = {}
+_prepared: dict[tuple[int, type[Dialect], str], _Prepared] = {}
 
 
 def _prepare(statement: ClauseElement, dialect: Dialect) -> _Prepared:
     # Statements are module-level constants that live as long as the process,
     # so their id() is a stable key.
-    key = (id(statement), dialect.name)
+    # The driver matters, not only the database: aiosqlite and psycopg's async
+    # dialect process values differently from their sync twins.
+    key = (id(statement), type(dialect), dialect.paramstyle)
     prepared = _prepared.get(key)
     if prepared is None:
         prepared = _prepared[key] = _Prepared(statement, dialect)
