@@ -1,0 +1,190 @@
+"""``python -m bench --engine sqlite|postgres --workload NAME [--ops N] [--rounds R] [--json]``.
+
+Workloads: append, cycle, batch, contention, scale, memory, peers, or all.
+Prints a table per workload, or with ``--json`` one JSON object per workload
+(one line each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import sqlite3
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from bench.workloads import Params
+
+WORKLOADS = ("append", "cycle", "batch", "contention", "scale", "memory", "peers")
+
+
+def _runner(name: str) -> Callable[[Params], dict[str, Any]]:
+    if name == "contention":
+        from bench.contention import contention
+
+        return contention
+    if name == "memory":
+        from bench.memory import memory
+
+        return memory
+    if name == "peers":
+        from bench.peers import peers
+
+        return peers
+    from bench import workloads
+
+    runner: Callable[[Params], dict[str, Any]] = getattr(workloads, name)
+    return runner
+
+
+def environment(engine: str) -> dict[str, Any]:
+    """Machine and versions, for the record."""
+    import os
+
+    import sqlalchemy
+
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "sqlalchemy": sqlalchemy.__version__,
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+    }
+    if engine == "sqlite":
+        info["sqlite"] = sqlite3.sqlite_version
+    else:
+        import psycopg
+
+        from bench.databases import ensure_postgres_database, postgres_url
+
+        info["psycopg"] = psycopg.__version__
+        ensure_postgres_database(postgres_url())
+        with psycopg.connect(postgres_url()) as conn:
+            row = conn.execute("show server_version").fetchone()
+            info["postgresql"] = row[0] if row else "?"
+    return info
+
+
+def _commit_probe(engine: str) -> float | None:
+    """PostgreSQL's commit latency right now (None on SQLite)."""
+    if engine != "postgres":
+        return None
+    from bench.databases import commit_latency_ms, postgres_url
+
+    return commit_latency_ms(postgres_url())
+
+
+# --- the table --------------------------------------------------------------------------
+
+
+def _fmt_rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
+
+
+def _case_line(case: dict[str, Any]) -> str:
+    a2, base = case["a2sql"], case["baseline"]
+    items = ""
+    if a2.get("items_per_s", a2["ops_per_s"]) != a2["ops_per_s"]:
+        items = f"  items/s {_fmt_rate(a2['items_per_s'])} vs {_fmt_rate(base['items_per_s'])}"
+    return (
+        f"  {case['case']:<28} {_fmt_rate(a2['ops_per_s']):>9} {_fmt_rate(base['ops_per_s']):>9}"
+        f" {case['ratio']:>6.2f}  {a2['p50_ms']:>7.3f} {a2['p99_ms']:>7.3f}"
+        f"  {base['p50_ms']:>7.3f} {base['p99_ms']:>7.3f}"
+        f"  {a2['statements_per_op']:>6.1f} {base['statements_per_op']:>6.1f}{items}"
+    )
+
+
+HEADER = (
+    f"  {'case':<28} {'a2sql/s':>9} {'base/s':>9} {'ratio':>6}  {'a2 p50':>7} {'a2 p99':>7}"
+    f"  {'bl p50':>7} {'bl p99':>7}  {'a2 st':>6} {'bl st':>6}"
+)
+
+
+def print_table(result: dict[str, Any]) -> None:
+    """A human-readable rendering of one workload's result."""
+    params = " ".join(
+        f"{k}={result[k]}" for k in ("ops", "rounds", "processes") if result.get(k) is not None
+    )
+    print(f"== {result['workload']} on {result['engine']}: {params} ({result['seconds']} s)")
+    for note in result.get("notes", []):
+        print(f"  note: {note}")
+    comparisons = [c for c in result["cases"] if "a2sql" in c and "baseline" in c]
+    if comparisons:
+        print(HEADER)
+        print("  (ops/s: median of rounds; latency in ms per op; st: statements per op,")
+        print("   BEGIN and COMMIT included; ratio: a2sql/baseline ops/s)")
+        for case in comparisons:
+            print(_case_line(case))
+    for case in result["cases"]:
+        if case not in comparisons:
+            print("  " + "  ".join(f"{k}={v}" for k, v in case.items()))
+    if "commit_ms" in result:
+        probe = result["commit_ms"]
+        print(
+            f"  commit latency (1-row write txn, median ms): {probe['before']} before,"
+            f" {probe['after']} after"
+        )
+    for key in ("sizes", "large_over_small", "scaling", "peers", "ratios", "checks"):
+        if key in result:
+            value = result[key]
+            rows = value if isinstance(value, list) else [value]
+            print(f"  {key}:")
+            for row in rows:
+                print("    " + json.dumps(row))
+    print()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--engine", choices=("sqlite", "postgres"), required=True)
+    parser.add_argument("--workload", choices=(*WORKLOADS, "all"), required=True)
+    parser.add_argument("--ops", type=int, help="operations per round (default: per workload)")
+    parser.add_argument("--rounds", type=int, help="measured rounds (default: per workload)")
+    parser.add_argument(
+        "--large", type=int, default=1_000_000, help="scale: events in the large table"
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object per workload")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+
+    params = Params(engine=args.engine, ops=args.ops, rounds=args.rounds, large=args.large)
+    names = WORKLOADS if args.workload == "all" else (args.workload,)
+    env = environment(args.engine)
+    if not args.json:
+        print("environment: " + json.dumps(env))
+    failed = False
+    for name in names:
+        if name == "peers" and args.engine != "postgres":
+            if args.workload == "peers":
+                parser.error("peers runs on PostgreSQL only (--engine postgres)")
+            if not args.json:
+                print("== peers: skipped (PostgreSQL only)\n")
+            continue
+        probe_before = _commit_probe(args.engine)
+        try:
+            result = _runner(name)(params)
+            if probe_before is not None:
+                result["commit_ms"] = {"before": probe_before, "after": _commit_probe(args.engine)}
+        except Exception as error:  # report and go on with the next workload
+            failed = True
+            result = {
+                "workload": name,
+                "engine": args.engine,
+                "error": f"{type(error).__name__}: {error}",
+            }
+            if not args.json:
+                print(f"== {name} on {args.engine}: FAILED: {result['error']}\n")
+                continue
+        result["environment"] = env
+        if args.json:
+            print(json.dumps(result), flush=True)
+        else:
+            print_table(result)
+            sys.stdout.flush()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

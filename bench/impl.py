@@ -1,0 +1,129 @@
+"""The operations the workloads drive, and a2sql behind them.
+
+Every implementation (a2sql here, the bare drivers in baseline_*.py) offers
+the same small surface, so one workload function measures them all. A
+statement counter goes with each: statements sent to the database per
+operation, ``BEGIN`` and ``COMMIT`` included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from sqlalchemy import event
+
+import a2sql
+from a2sql import NewEvent
+
+JSON = Any
+# A returned (child) event: id, type, payload, settled.
+Child = tuple[str, str, JSON, bool]
+
+HOLDER = "bench-worker"
+TTL_MS = 60_000
+EVENT_TYPE = "bench.event"
+
+
+class Impl(Protocol):
+    """What a workload needs of an implementation."""
+
+    name: str
+    statements: int
+
+    def append(self, session_id: str, payloads: Sequence[JSON]) -> int:
+        """Append events (store-made ids, no cause or lane); returns the last index."""
+        ...
+
+    def claim(self, session_id: str) -> list[tuple[int, int]]:
+        """claim_available as HOLDER for TTL_MS: the (index, attempt) claimed, by index."""
+        ...
+
+    def complete(
+        self, session_id: str, index: int, attempt: int, children: Sequence[Child]
+    ) -> bool:
+        """complete_attempt; True when completed (not superseded)."""
+        ...
+
+    def read_state(self, session_id: str, reducer: str) -> int:
+        """read_state; returns how many events came back."""
+        ...
+
+    def list_sessions(self, prefix: str, limit: int) -> int:
+        """One page of inspect.list_sessions; returns how many sessions came back."""
+        ...
+
+    def read_events(self, session_id: str, after: int, limit: int) -> int:
+        """One page of inspect.read_events; returns how many events came back."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class A2sqlImpl:
+    """a2sql's public API, with a statement counter on its engine."""
+
+    name = "a2sql"
+
+    def __init__(self, url: str) -> None:
+        self.store = a2sql.create_store(url, migrate=False)
+        self.statements = 0
+        engine = self.store.engine
+        event.listen(engine, "before_cursor_execute", self._count)
+        event.listen(engine, "commit", self._count)
+        event.listen(engine, "rollback", self._count)
+        if engine.dialect.name == "postgresql":
+            # psycopg sends BEGIN before a transaction's first statement; on
+            # SQLite a2sql's own BEGIN IMMEDIATE is a cursor execute already.
+            event.listen(engine, "begin", self._count)
+
+    def _count(self, *_args: Any, **_kw: Any) -> None:
+        self.statements += 1
+
+    def append(self, session_id: str, payloads: Sequence[JSON]) -> int:
+        result = self.store.append(session_id, [NewEvent(EVENT_TYPE, p) for p in payloads])
+        return result.events[-1].index
+
+    def claim(self, session_id: str) -> list[tuple[int, int]]:
+        result = self.store.claim_available(session_id, holder=HOLDER, ttl_ms=TTL_MS)
+        return [(e.index, e.attempt_count) for e in result.events]
+
+    def complete(
+        self, session_id: str, index: int, attempt: int, children: Sequence[Child]
+    ) -> bool:
+        result = self.store.complete_attempt(
+            session_id,
+            index=index,
+            attempt=attempt,
+            events=[NewEvent(t, p, id=i, settled=s) for i, t, p, s in children],
+        )
+        return result.outcome == "completed"
+
+    def read_state(self, session_id: str, reducer: str) -> int:
+        return len(self.store.read_state(session_id, reducer).events)
+
+    def list_sessions(self, prefix: str, limit: int) -> int:
+        return len(self.store.inspect.list_sessions(prefix=prefix, limit=limit).sessions)
+
+    def read_events(self, session_id: str, after: int, limit: int) -> int:
+        page = self.store.inspect.read_events(session_id, after_index=after, limit=limit)
+        return len(page.events)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def open_baseline(engine: str, driver_dsn: str) -> Impl:
+    """The bare-driver baseline of ``engine``."""
+    if engine == "postgres":
+        from bench.baseline_postgres import PostgresBaseline
+
+        return PostgresBaseline(driver_dsn)
+    from bench.baseline_sqlite import SqliteBaseline
+
+    return SqliteBaseline(driver_dsn)
+
+
+def open_impls(engine: str, a2sql_url: str, driver_dsn: str) -> list[Impl]:
+    """a2sql and the bare-driver baseline of ``engine``, on the same database."""
+    return [A2sqlImpl(a2sql_url), open_baseline(engine, driver_dsn)]

@@ -1,0 +1,313 @@
+"""The single-process workloads: append, cycle, batch and scale (a2sql and baseline interleaved).
+
+Each workload function returns one JSON-able object: ``workload``, ``engine``,
+parameters, ``seconds`` (wall time) and ``cases``, each case comparing a2sql
+with the baseline (see ``measure.compare``). A wrong answer from either
+implementation (e.g. a claim that does not return the one event just
+appended) raises ``WrongResult``: the figures of a wrong store mean nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bench import databases
+from bench.impl import Impl, open_impls
+from bench.measure import Stopwatch, compare, interleaved
+
+BATCH = 100
+MANY_SESSIONS = 1000
+CHILD_TYPE = "bench.child"
+
+
+class WrongResult(AssertionError):
+    """An implementation answered something a2sql's contract does not allow."""
+
+
+@dataclass(frozen=True)
+class Params:
+    """What the command line asked for (``None``: the workload's default for the engine)."""
+
+    engine: str
+    ops: int | None = None
+    rounds: int | None = None
+    large: int = 1_000_000
+
+
+def payload(i: int) -> dict[str, Any]:
+    return {"kind": "message", "text": "hello from the benchmark", "n": i}
+
+
+def check(condition: bool, what: str) -> None:
+    if not condition:
+        raise WrongResult(what)
+
+
+def default(value: int | None, *, sqlite: int, postgres: int, engine: str) -> int:
+    if value is not None:
+        return value
+    return sqlite if engine == "sqlite" else postgres
+
+
+# --- operations -----------------------------------------------------------------------
+
+
+def cycle_op(impl: Impl, session_id: str) -> Callable[[int], None]:
+    """The worker's loop per event: append 1, claim it, complete it returning 1 child.
+
+    The child is appended settled (processed), so every cycle does the same
+    work: the next claim finds exactly the next appended event.
+    """
+
+    def op(i: int) -> None:
+        last = impl.append(session_id, [payload(i)])
+        claimed = impl.claim(session_id)
+        check(
+            len(claimed) == 1 and claimed[0][0] == last,
+            f"{impl.name}: claim after appending index {last} gave {claimed}",
+        )
+        index, attempt = claimed[0]
+        child = (f"{session_id}#{index}", CHILD_TYPE, {"ok": True, "n": i}, True)
+        check(
+            impl.complete(session_id, index, attempt, [child]),
+            f"{impl.name}: complete_attempt({index}, {attempt}) was superseded",
+        )
+
+    return op
+
+
+def batch_op(impl: Impl, session_id: str) -> Callable[[int], None]:
+    """Append 100 events in one call, claim them all, complete each (no children)."""
+
+    def op(i: int) -> None:
+        last = impl.append(session_id, [payload(i * BATCH + k) for k in range(BATCH)])
+        claimed = impl.claim(session_id)
+        check(
+            [index for index, _ in claimed] == list(range(last - BATCH + 1, last + 1)),
+            f"{impl.name}: claim after a batch ending at {last} gave {len(claimed)} events",
+        )
+        for index, attempt in claimed:
+            check(
+                impl.complete(session_id, index, attempt, ()),
+                f"{impl.name}: complete_attempt({index}, {attempt}) was superseded",
+            )
+
+    return op
+
+
+def append_one_op(impl: Impl, session_id: str) -> Callable[[int], None]:
+    def op(i: int) -> None:
+        impl.append(session_id, [payload(i)])
+
+    return op
+
+
+def append_many_op(impl: Impl, prefix: str) -> Callable[[int], None]:
+    sessions = [f"{prefix}{n:04d}" for n in range(MANY_SESSIONS)]
+
+    def op(i: int) -> None:
+        impl.append(sessions[i % MANY_SESSIONS], [payload(i)])
+
+    return op
+
+
+# --- workloads --------------------------------------------------------------------------
+
+
+class Run:
+    """A fresh database and both implementations on it, for one workload."""
+
+    def __init__(self, engine: str) -> None:
+        self.target = databases.prepare(engine)
+        self.impls = open_impls(engine, self.target.a2sql_url, self.target.driver_dsn)
+
+    def close(self) -> None:
+        for impl in self.impls:
+            impl.close()
+        if self.target.folder is not None:
+            shutil.rmtree(self.target.folder, ignore_errors=True)
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _result(
+    name: str, p: Params, ops: int, rounds: int, watch: Stopwatch, cases: list[Any]
+) -> dict[str, Any]:
+    return {
+        "workload": name,
+        "engine": p.engine,
+        "ops": ops,
+        "rounds": rounds,
+        "seconds": watch.seconds(),
+        "cases": cases,
+    }
+
+
+def append(p: Params) -> dict[str, Any]:
+    """One event per call into one session; and one per call round-robin over 1000 sessions."""
+    ops = default(p.ops, sqlite=2000, postgres=400, engine=p.engine)
+    rounds = p.rounds or 5
+    watch = Stopwatch()
+    cases = []
+    with Run(p.engine) as run:
+        for case, make in (
+            ("one_session", lambda impl: append_one_op(impl, f"{impl.name}/append")),
+            ("many_sessions", lambda impl: append_many_op(impl, f"{impl.name}/many/")),
+        ):
+            a2, base = interleaved(
+                run.impls, make, ops=ops, rounds=rounds, warmup=max(ops // 10, 10)
+            )
+            cases.append(compare(case, a2, base))
+    return _result("append", p, ops, rounds, watch, cases)
+
+
+def cycle(p: Params) -> dict[str, Any]:
+    """append 1, claim_available, complete_attempt returning 1 child; one session."""
+    ops = default(p.ops, sqlite=2000, postgres=200, engine=p.engine)
+    rounds = p.rounds or 5
+    watch = Stopwatch()
+    with Run(p.engine) as run:
+        a2, base = interleaved(
+            run.impls,
+            lambda impl: cycle_op(impl, f"{impl.name}/cycle"),
+            ops=ops,
+            rounds=rounds,
+            warmup=max(ops // 10, 10),
+        )
+        cases = [compare("cycle", a2, base)]
+    return _result("cycle", p, ops, rounds, watch, cases)
+
+
+def batch(p: Params) -> dict[str, Any]:
+    """append 100 per call, claim them, complete each: ops are batches, items are events."""
+    ops = default(p.ops, sqlite=40, postgres=4, engine=p.engine)
+    rounds = p.rounds or 5
+    watch = Stopwatch()
+    with Run(p.engine) as run:
+        a2, base = interleaved(
+            run.impls,
+            lambda impl: batch_op(impl, f"{impl.name}/batch"),
+            ops=ops,
+            rounds=rounds,
+            warmup=1,
+        )
+        cases = [compare("batch", a2, base, items_per_op=BATCH, unit="batch of 100 events")]
+    return _result("batch", p, ops, rounds, watch, cases)
+
+
+# --- scale ------------------------------------------------------------------------------
+
+SCALE_SESSIONS = 10_000
+LISTED = ("l/", 60, 10)  # prefix, sessions, events each
+PROBE = "p/00000"
+PROBE_EVENTS = 200
+SNAPSHOT_AT = 100
+REDUCER = "counter"
+PAGE = 100
+LIST_PAGE = 50
+SCALE_CASES = (
+    "cycle",
+    "read_state",
+    "list_sessions_prefix",
+    "list_sessions_first_page",
+    "read_events",
+)
+
+
+def _load_scale(run: Run, total: int) -> dict[str, Any]:
+    """Filler events over 10k sessions, plus the fixed sessions the reads look at."""
+    watch = Stopwatch()
+    engine = run.target.engine
+    databases.truncate(run.target)
+    per_session = max(1, total // SCALE_SESSIONS)
+    with databases.connect(run.target) as conn:
+        loaded = databases.load_events(
+            conn, engine, prefix="s/", sessions=SCALE_SESSIONS, per_session=per_session
+        )
+        prefix, sessions, each = LISTED
+        loaded += databases.load_events(
+            conn, engine, prefix=prefix, sessions=sessions, per_session=each
+        )
+        loaded += databases.load_events(
+            conn, engine, prefix=PROBE[:-5], sessions=1, per_session=PROBE_EVENTS
+        )
+        databases.load_snapshot(conn, engine, PROBE, REDUCER, SNAPSHOT_AT)
+        conn.commit()
+        databases.analyze(conn, engine)
+        conn.commit()
+    return {"events": loaded, "load_seconds": watch.seconds()}
+
+
+def _scale_ops(impl: Impl) -> dict[str, Callable[[int], None]]:
+    def read_state(_i: int) -> None:
+        n = impl.read_state(PROBE, REDUCER)
+        check(n == PROBE_EVENTS - SNAPSHOT_AT, f"{impl.name}: read_state gave {n} events")
+
+    def list_prefix(_i: int) -> None:
+        n = impl.list_sessions(LISTED[0], LIST_PAGE)
+        check(n == LIST_PAGE, f"{impl.name}: list_sessions(prefix) gave {n} sessions")
+
+    def list_all(_i: int) -> None:
+        n = impl.list_sessions("", LIST_PAGE)
+        check(n == LIST_PAGE, f"{impl.name}: list_sessions() gave {n} sessions")
+
+    def read_events(_i: int) -> None:
+        n = impl.read_events(PROBE, SNAPSHOT_AT // 2, PAGE)
+        check(n == PAGE, f"{impl.name}: read_events gave {n} events")
+
+    return {
+        "cycle": cycle_op(impl, f"x/{impl.name}/cycle"),  # sorts after the listed sessions
+        "read_state": read_state,
+        "list_sessions_prefix": list_prefix,
+        "list_sessions_first_page": list_all,
+        "read_events": read_events,
+    }
+
+
+def scale(p: Params) -> dict[str, Any]:
+    """The cycle and the reads with 10k, then with ``large`` (1M) events already stored."""
+    ops = default(p.ops, sqlite=500, postgres=100, engine=p.engine)
+    # Reads are quicker than cycles: more of them per round for a steady figure.
+    read_ops = default(p.ops, sqlite=1000, postgres=300, engine=p.engine)
+    rounds = p.rounds or 3
+    watch = Stopwatch()
+    cases: list[dict[str, Any]] = []
+    sizes: dict[str, Any] = {}
+    with Run(p.engine) as run:
+        for size, total in (("small", 10_000), ("large", p.large)):
+            sizes[size] = _load_scale(run, total)
+            for case in SCALE_CASES:
+
+                def make(impl: Impl, case: str = case) -> Callable[[int], None]:
+                    return _scale_ops(impl)[case]
+
+                n = ops if case == "cycle" else read_ops
+                a2, base = interleaved(
+                    run.impls, make, ops=n, rounds=rounds, warmup=max(n // 10, 10)
+                )
+                cases.append(compare(f"{case}@{size}", a2, base, size=size))
+    by_name = {c["case"]: c for c in cases}
+    growth = []
+    for case in SCALE_CASES:
+        small, large = by_name[f"{case}@small"], by_name[f"{case}@large"]
+        growth.append(
+            {
+                "case": case,
+                **{
+                    impl: round(large[impl]["ops_per_s"] / small[impl]["ops_per_s"], 3)
+                    for impl in ("a2sql", "baseline")
+                },
+            }
+        )
+    result = _result("scale", p, ops, rounds, watch, cases)
+    result["notes"] = [f"ops = {ops} per round for the cycle, {read_ops} for each read"]
+    result["sizes"] = sizes
+    result["large_over_small"] = growth
+    return result

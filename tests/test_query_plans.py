@@ -1,0 +1,348 @@
+"""The hot statements are served by the indexes meant for them (issue 6; SPEC §5 indexes).
+
+Each test EXPLAINs (PostgreSQL: ``EXPLAIN (FORMAT JSON)``; SQLite: ``EXPLAIN
+QUERY PLAN``) a statement of a2sql.ops, bound with realistic parameters, on a
+table of ~23k events over 200 sessions plus one long session (90% processed;
+PostgreSQL ANALYZEd, so the planner chooses as it would in production), and
+asserts which index it seeks. The SQL and parameters are exactly what a2sql
+sends: the statement is executed once in a rolled-back transaction and
+captured with a ``before_cursor_execute`` listener. The last test EXPLAINs
+every statement the worker's loop and the reads send through the public API
+and asserts that none scans ``a2_events`` whole.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event
+from sqlalchemy.sql import Executable
+
+import a2sql
+from a2sql import NewEvent
+from a2sql.ops.append import PARENT_ATTEMPTS
+from a2sql.ops.claims import CLAIM, NEXT_EXPIRY
+from a2sql.ops.events import EVENTS_BY_ID, PENDING_LANES, SESSION_STATUS
+from a2sql.ops.inspect import PAGE
+
+SESSIONS = 200
+PER_SESSION = 100
+LONG = "long/0"
+LONG_EVENTS = 3000
+TARGET = "s/00042"
+
+DISPATCH_READY = "a2_events_dispatch_ready"
+CLAIM_EXPIRY = "a2_events_claim_expiry"
+UNPROCESSED = "a2_events_unprocessed"
+LANE_PENDING = "a2_events_lane_pending"
+EVENT_ID = "a2_events_event_id"
+
+_PG_LOAD = """
+insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, lane,
+    lane_ready, processed_at, processed_by_attempt, attempt_count)
+select %(prefix)s::text || lpad(s::text, %(width)s, '0'), i, 'filler', '{"n":1}'::json,
+    md5(%(prefix)s::text || s || '/' || i), now(),
+    case when i %% 3 = 0 then 'lane' || (i %% 7) end,
+    i %% 10 = 0, case when i %% 10 = 0 then null else now() end,
+    case when i %% 10 = 0 then null else 1 end, case when i %% 10 = 0 then 0 else 1 end
+from generate_series(1, %(per)s) as i, generate_series(0, %(sessions)s - 1) as s
+"""
+
+_SQLITE_LOAD = """
+insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, lane,
+    lane_ready, processed_at, processed_by_attempt, attempt_count)
+with recursive
+    s(n) as (select 0 union all select n + 1 from s where n < :sessions - 1),
+    k(i) as (select 1 union all select i + 1 from k where i < :per)
+select :prefix || printf('%0' || :width || 'd', n), i, 'filler', '{"n":1}',
+    :prefix || n || '/' || i, 1700000000000 + i,
+    case when i % 3 = 0 then 'lane' || (i % 7) end,
+    i % 10 = 0, case when i % 10 = 0 then null else 1700000000001 + i end,
+    case when i % 10 = 0 then null else 1 end, case when i % 10 = 0 then 0 else 1 end
+from k, s
+"""
+
+
+@dataclass(frozen=True)
+class Access:
+    """How a plan reaches a2_events: by which index (None: the table), seeking or scanning."""
+
+    index: str | None
+    seek: bool
+    condition: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    accesses: list[Access]
+    sorts: bool  # a sort or temp b-tree: rows read before the first is returned
+    text: str
+
+    def indexes(self) -> set[str | None]:
+        return {access.index for access in self.accesses}
+
+    def seeks(self, index: str) -> list[Access]:
+        return [a for a in self.accesses if a.index == index and a.seek]
+
+    def full_scans(self) -> list[Access]:
+        return [a for a in self.accesses if not a.seek]
+
+
+class Explainer:
+    """EXPLAIN what a2sql sends, on one migrated and loaded database."""
+
+    def __init__(self, store: a2sql.Store) -> None:
+        self.store = store
+        self.engine: Engine = store.engine
+        self.postgres = self.engine.dialect.name == "postgresql"
+        self.pk = "a2_events_pkey" if self.postgres else "sqlite_autoindex_a2_events_1"
+
+    def sent(self, statement: Executable, params: dict[str, Any]) -> tuple[str, Any]:
+        """The SQL and parameters a2sql's dialect sends for ``statement`` (run, rolled back)."""
+        with self.engine.connect() as connection, self.capture() as captured:
+            transaction = connection.begin()
+            try:
+                connection.execute(statement, params)
+            finally:
+                transaction.rollback()
+        return captured[-1]
+
+    @staticmethod
+    def _pg_accesses(node: dict[str, Any], out: list[Access]) -> bool:
+        sorts = node["Node Type"] in ("Sort", "Incremental Sort") or (
+            node["Node Type"] == "Aggregate" and node.get("Strategy") == "Hashed"
+        )
+        index = node.get("Index Name")
+        if index is not None and index.startswith("a2_events"):
+            condition = node.get("Index Cond", "")
+            out.append(Access(index, bool(condition), condition))
+        elif node["Node Type"] == "Seq Scan" and node.get("Relation Name") == "a2_events":
+            out.append(Access(None, False, node.get("Filter", "")))
+        for child in node.get("Plans", []):
+            sorts = Explainer._pg_accesses(child, out) or sorts
+        return sorts
+
+    def explain_sql(self, sql: str, params: Any) -> Plan:
+        with self.engine.connect() as connection:
+            if self.postgres:
+                raw: Any = connection.exec_driver_sql(
+                    "EXPLAIN (FORMAT JSON) " + sql, params
+                ).scalar()
+                tree = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+                accesses: list[Access] = []
+                sorts = self._pg_accesses(tree, accesses)
+                return Plan(accesses, sorts, json.dumps(tree, indent=1))
+            rows = connection.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+            connection.rollback()
+        details = [str(row[-1]) for row in rows]
+        accesses = []
+        for detail in details:
+            found = re.match(r"(SEARCH|SCAN) a2_events(?: AS \w+)?(.*)", detail)
+            if found is None:
+                continue
+            kind, rest = found.groups()
+            index = re.search(r"USING (?:COVERING )?INDEX (\w+)", rest)
+            condition = re.search(r"\((.*)\)", rest)
+            accesses.append(
+                Access(
+                    index.group(1) if index else None,
+                    kind == "SEARCH",
+                    condition.group(1) if condition else "",
+                )
+            )
+        sorts = any("TEMP B-TREE" in detail for detail in details)
+        return Plan(accesses, sorts, "\n".join(details))
+
+    def explain(self, statement: Executable, params: dict[str, Any]) -> Plan:
+        return self.explain_sql(*self.sent(statement, params))
+
+    def capture(self) -> _Capture:
+        return _Capture(self.engine)
+
+
+class _Capture:
+    """Every (sql, parameters) the engine sends while open."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.sent: list[tuple[str, Any]] = []
+
+    def _grab(self, _conn: Any, _cursor: Any, sql: str, params: Any, *_: Any) -> None:
+        self.sent.append((sql, params))
+
+    def __enter__(self) -> list[tuple[str, Any]]:
+        event.listen(self.engine, "before_cursor_execute", self._grab)
+        return self.sent
+
+    def __exit__(self, *_: object) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._grab)
+
+
+def _load(store: a2sql.Store) -> None:
+    postgres = store.engine.dialect.name == "postgresql"
+    with store.engine.connect() as connection:
+        for prefix, width, sessions, per in (
+            ("s/", 5, SESSIONS, PER_SESSION),
+            (LONG[:-1], 1, 1, LONG_EVENTS),
+        ):
+            params = {"prefix": prefix, "width": width, "sessions": sessions, "per": per}
+            with connection.begin():
+                connection.exec_driver_sql(_PG_LOAD if postgres else _SQLITE_LOAD, params)
+        if postgres:
+            connection.commit()
+            connection.exec_driver_sql("analyze a2_events")
+            connection.commit()
+
+
+@pytest.fixture
+def plans(db_url: str) -> Iterator[Explainer]:
+    with a2sql.create_store(db_url, migrate=True) as store:
+        _load(store)
+        yield Explainer(store)
+
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _why(plan: Plan) -> str:
+    return f"plan:\n{plan.text}"
+
+
+def test_claim_seeks_a_partial_index_of_dispatchable_events(plans: Explainer) -> None:
+    """claim_available (SPEC §3) reads only the session's dispatchable events.
+
+    Either partial index over ``lane_ready and processed_at is null and
+    failed_at is null`` serves it (same predicate, both led by session_id);
+    a2sql orders the claimed events itself.
+    """
+    plan = plans.explain(
+        CLAIM,
+        {"sid": TARGET, "now": NOW, "holder": "w", "expires_at": NOW + timedelta(seconds=30)},
+    )
+    seeks = plans_seeking(plan, {DISPATCH_READY, CLAIM_EXPIRY})
+    assert seeks and all("session_id" in s.condition for s in seeks), _why(plan)
+    assert not plan.full_scans(), _why(plan)
+
+
+def test_claim_retry_at_seeks_the_claim_expiry_index(plans: Explainer) -> None:
+    """claim_available's ``retry_at`` (earliest unexpired claim) seeks session_id and expiry."""
+    plan = plans.explain(NEXT_EXPIRY, {"sid": TARGET, "now": NOW})
+    seeks = plan.seeks(CLAIM_EXPIRY)
+    assert seeks and "claim_expires_at" in seeks[0].condition, _why(plan)
+    assert plan.indexes() == {CLAIM_EXPIRY}, _why(plan)
+
+
+def test_append_supplied_id_lookup_seeks_the_unique_event_id_index(plans: Explainer) -> None:
+    """append's duplicate and replay check (SPEC §3 append step 2) looks ids up by index."""
+    plan = plans.explain(EVENTS_BY_ID, {"ids": [f"s/{n}/{n}" for n in range(1, 6)]})
+    assert plan.seeks(EVENT_ID) and plan.indexes() == {EVENT_ID}, _why(plan)
+
+
+def test_append_session_status_seeks_the_key_and_an_unprocessed_index(plans: Explainer) -> None:
+    """append's next index (max idx) seeks the primary key; has_pending an unprocessed index."""
+    plan = plans.explain(SESSION_STATUS, {"sid": LONG})
+    assert plan.seeks(plans.pk), _why(plan)
+    assert plans_seeking(plan, {UNPROCESSED, LANE_PENDING}), _why(plan)
+    assert not plan.full_scans(), _why(plan)
+
+
+def test_append_fence_lookup_seeks_the_primary_key(plans: Explainer) -> None:
+    """append's fence (SPEC §3 append step 3) reads the causes' events by (session, index)."""
+    plan = plans.explain(PARENT_ATTEMPTS, {"sid": LONG, "indexes": [5, 17, 2999]})
+    seeks = plan.seeks(plans.pk)
+    assert seeks and "idx" in seeks[0].condition, _why(plan)
+    assert not plan.full_scans(), _why(plan)
+
+
+def test_append_pending_lanes_seeks_the_lane_pending_index(plans: Explainer) -> None:
+    """append's lane readiness (SPEC §3 append step 4) seeks (session, lane) among unprocessed."""
+    plan = plans.explain(PENDING_LANES, {"sid": LONG, "lanes": ["lane0", "lane3"]})
+    seeks = plan.seeks(LANE_PENDING)
+    assert seeks and "lane" in seeks[0].condition, _why(plan)
+    assert not plan.full_scans(), _why(plan)
+
+
+def test_read_events_page_seeks_the_key_in_index_order(plans: Explainer) -> None:
+    """inspect.read_events (SPEC §3): a page costs the page, not the session: no sort."""
+    plan = plans.explain(PAGE, {"sid": LONG, "after": 1000, "through": LONG_EVENTS, "limit": 100})
+    assert plan.seeks(plans.pk) and plan.indexes() == {plans.pk}, _why(plan)
+    assert not plan.sorts, _why(plan)
+
+
+def _list_sessions_sql(plans: Explainer, **kw: Any) -> list[tuple[str, Any]]:
+    with plans.capture() as captured:
+        page = plans.store.inspect.list_sessions(limit=50, **kw)
+    assert page.sessions
+    return [(sql, p) for sql, p in captured if "a2_events" in sql]
+
+
+def test_list_sessions_prefix_is_a_range_seek_on_the_key(plans: Explainer) -> None:
+    """inspect.list_sessions with a prefix (SPEC §3) seeks a range of session ids.
+
+    Both bounds are on the key (no ``substr`` or ``like`` over every row), and
+    the groups come out of the key's order (no sort).
+    """
+    for sql, params in _list_sessions_sql(plans, prefix="s/001"):
+        plan = plans.explain_sql(sql, params)
+        seeks = plan.seeks(plans.pk)
+        assert seeks, _why(plan)
+        assert re.search(r"session_id\s*>=?", seeks[0].condition), _why(plan)
+        assert re.search(r"session_id\s*<", seeks[0].condition), _why(plan)
+        assert not plan.full_scans() and not plan.sorts, _why(plan)
+
+
+def test_list_sessions_first_page_reads_in_key_order_without_sorting(plans: Explainer) -> None:
+    """inspect.list_sessions without prefix (SPEC §3): groups in key order, stopping at the page."""
+    for cursor in (None, "s/00100"):
+        for sql, params in _list_sessions_sql(plans, cursor=cursor):
+            plan = plans.explain_sql(sql, params)
+            assert plan.indexes() == {plans.pk}, _why(plan)
+            assert not plan.sorts, _why(plan)
+
+
+def plans_seeking(plan: Plan, indexes: set[str]) -> list[Access]:
+    return [a for a in plan.accesses if a.index in indexes and a.seek]
+
+
+def _hot_paths(store: a2sql.Store) -> None:
+    """The worker's loop and the reads, through the public API."""
+    sid = "hot/0"
+    store.append(sid, [NewEvent("t", {"n": 1}, lane="a"), NewEvent("t", {"n": 2}, id="hot-2")])
+    store.append(sid, [NewEvent("t", {"n": 2}, id="hot-2")])  # replay
+    claimed = store.claim_available(sid, holder="w", ttl_ms=30_000)
+    store.claim_available(sid, holder="w", ttl_ms=30_000)  # busy: retry_at
+    for claimed_event in claimed.events:
+        store.complete_attempt(
+            sid,
+            index=claimed_event.index,
+            attempt=claimed_event.attempt_count,
+            events=[NewEvent("child", None, id=f"hot-child-{claimed_event.index}", lane="a")],
+        )
+    store.read_state(sid, "reducer")
+    store.inspect.read_events(LONG, after_index=100, limit=100)
+    store.inspect.list_sessions(prefix="s/00", limit=50)
+    store.read(sid)
+
+
+def test_no_hot_path_statement_scans_the_events_table(plans: Explainer) -> None:
+    """Every statement of append, claim, complete, read_state and the inspect reads seeks.
+
+    Cost then grows with the page or the batch, never with the table (issue 6).
+    """
+    with plans.capture() as captured:
+        _hot_paths(plans.store)
+    statements = [
+        (sql, params)
+        for sql, params in captured
+        if "a2_events" in sql and re.match(r"\s*(select|update|delete)", sql, re.I)
+    ]
+    assert len(statements) >= 8
+    for sql, params in statements:
+        plan = plans.explain_sql(sql, params)
+        assert not plan.full_scans(), f"{sql}\n{_why(plan)}"
