@@ -44,14 +44,18 @@ EVENTS_BETWEEN = (
 
 EVENTS_BY_ID = select(E).where(E.c.event_id.in_(bindparam("ids", expanding=True)))
 
-LAST_INDEX = select(func.coalesce(func.max(E.c.idx), 0)).where(E.c.session_id == SESSION)
-
-HAS_PENDING = select(exists().where(E.c.session_id == SESSION, E.c.processed_at.is_(None)))
-
 _LAST_INDEX = (
     select(func.coalesce(func.max(E.c.idx), 0)).where(E.c.session_id == SESSION).scalar_subquery()
 )
-_HAS_PENDING = exists().where(E.c.session_id == SESSION, E.c.processed_at.is_(None))
+# Spelled as min(idx) rather than EXISTS: PostgreSQL's planner turns an
+# EXISTS over a big session into a sequential scan, while min() seeks the
+# partial index a2_events_unprocessed.
+_HAS_PENDING = (
+    select(func.min(E.c.idx))
+    .where(E.c.session_id == SESSION, E.c.processed_at.is_(None))
+    .scalar_subquery()
+    .is_not(None)
+)
 _IDS_TAKEN = exists().where(E.c.event_id.in_(bindparam("ids", expanding=True)))
 
 SESSION_STATUS = select(_LAST_INDEX, _HAS_PENDING)
