@@ -89,11 +89,10 @@ class Done(Generic[T]):
 def run_in_transaction(connection: Connection, ctx: Context, call: Call[T]) -> T:
     """The body of every transaction, sync or async: lock the session, then run."""
     if call.lock_session is not None:
-        ctx.dialect.lock_session(connection, call.lock_session)
-    result = call.run(connection)
-    if call.lock_session is not None and call.wakes(result):
-        ctx.dialect.announce_events(connection, call.lock_session)
-    return result
+        ctx.dialect.lock_session(
+            connection, call.lock_session, announce=call.added_events is not None
+        )
+    return call.run(connection)
 
 
 def _valid_cause(cause: object, where: str) -> EventCause:

@@ -34,11 +34,12 @@ class Dialect:
     upsert_snapshot: Insert
     upsert_presence: Insert
 
-    def lock_session(self, connection: Connection, session_id: str) -> None:
-        """First statement of every mutating transaction on a session."""
+    def lock_session(self, connection: Connection, session_id: str, *, announce: bool) -> None:
+        """First statement of every mutating transaction on a session.
 
-    def announce_events(self, connection: Connection, session_id: str) -> None:
-        """Inside the transaction that added events: tell other processes' streams."""
+        ``announce``: the transaction may add events, so other processes'
+        streams of the session are to be woken when it commits.
+        """
 
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
         raise NotImplementedError
@@ -77,8 +78,9 @@ class SqliteDialect(Dialect):
     def __init__(self) -> None:
         self._build_upserts(sqlite.insert)
 
-    def lock_session(self, connection: Connection, session_id: str) -> None:
-        # BEGIN IMMEDIATE (config._on_begin) already holds the database's write lock.
+    def lock_session(self, connection: Connection, session_id: str, *, announce: bool) -> None:
+        # BEGIN IMMEDIATE (config._on_begin) already holds the database's write lock,
+        # and other processes' streams poll.
         return None
 
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -91,23 +93,24 @@ class PostgresDialect(Dialect):
     name = "postgresql"
     # LISTEN/NOTIFY wakes streams; polling only covers a lost notification.
     stream_poll_interval = POSTGRES_POLL_INTERVAL_S
-    _notify = select(func.pg_notify(literal_column(f"'{CHANNEL}'"), bindparam("sid")))
-
-    _lock = select(
-        func.pg_advisory_xact_lock(
-            literal_column(str(SESSION_LOCK_CLASS)), func.hashtext(bindparam("sid"))
-        )
+    _lock_call = func.pg_advisory_xact_lock(
+        literal_column(str(SESSION_LOCK_CLASS)), func.hashtext(bindparam("sid"))
+    )
+    _lock = select(_lock_call)
+    # The notification rides on the lock statement: one round trip, not two.
+    # NOTIFY is delivered at commit and only then, so a rolled back append
+    # wakes nobody; a commit that added nothing (a replay) wakes streams for
+    # a re-read that finds nothing.
+    _lock_and_notify = select(
+        _lock_call, func.pg_notify(literal_column(f"'{CHANNEL}'"), bindparam("sid"))
     )
 
     def __init__(self) -> None:
         self._build_upserts(postgresql.insert)
 
-    def lock_session(self, connection: Connection, session_id: str) -> None:
-        driver.run(connection, self._lock, {"sid": session_id})
-
-    def announce_events(self, connection: Connection, session_id: str) -> None:
-        # Delivered at commit, and only then: a rolled back append wakes nobody.
-        driver.run(connection, self._notify, {"sid": session_id})
+    def lock_session(self, connection: Connection, session_id: str, *, announce: bool) -> None:
+        statement = self._lock_and_notify if announce else self._lock
+        driver.run(connection, statement, {"sid": session_id})
 
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
         # greatest() skips NULLs.

@@ -35,7 +35,10 @@ class A2Error(Exception):
 EVENT_ID_INDEX = "a2_events_event_id"
 
 
-def _is_event_id_collision(error: sa_exc.IntegrityError) -> bool:
+def is_event_id_collision(error: BaseException) -> bool:
+    """Whether ``error`` is a unique violation on the event id index."""
+    if not isinstance(error, sa_exc.IntegrityError):
+        return False
     orig = error.orig
     diag = getattr(orig, "diag", None)
     if diag is not None and getattr(diag, "constraint_name", None) == EVENT_ID_INDEX:
@@ -51,10 +54,10 @@ def from_driver_error(error: BaseException) -> A2Error:
     everything else is ``STORE_UNAVAILABLE``. Callers raise the result
     ``from error`` so the original stays reachable as ``__cause__``.
     """
-    if isinstance(error, sa_exc.IntegrityError) and _is_event_id_collision(error):
+    if is_event_id_collision(error):
         return A2Error(
             ErrorCode.PARTIAL_DUPLICATE_BATCH,
-            "an event id of the batch was appended concurrently by another writer",
+            "an event id of the batch already exists (appended by a concurrent writer)",
         )
     detail = str(getattr(error, "orig", None) or error).strip().splitlines()
     first_line = detail[0] if detail else type(error).__name__

@@ -7,15 +7,14 @@ from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import Connection, bindparam, false, func, select, true, update
+from sqlalchemy.exc import DBAPIError
 
 from a2sql import driver
 from a2sql.codec import encode_ids, stored_event
-from a2sql.errors import A2Error, ErrorCode
+from a2sql.errors import A2Error, ErrorCode, is_event_id_collision
 from a2sql.ops.append import duplicate_ids
 from a2sql.ops.events import (
     EVENT_AT,
-    EVENT_WITH_STATUS,
-    IN_CHUNK,
     SESSION,
     ValidEvent,
     events_by_id,
@@ -27,11 +26,20 @@ from a2sql.schema import events as E
 from a2sql.types import Timestamp
 
 NOW = bindparam("now", type_=Timestamp())
+LAST = E.alias("last_event")
 THIS_EVENT = (E.c.session_id == SESSION, E.c.idx == bindparam("index"))
 
-MARK_PROCESSED = (
+# The common completion in one statement: mark the event processed if this
+# attempt still holds it, and return what the rest of the work needs.
+COMPLETE_IF_CURRENT = (
     update(E)
-    .where(*THIS_EVENT)
+    .where(
+        *THIS_EVENT,
+        E.c.attempt_count == bindparam("attempt"),
+        E.c.processed_at.is_(None),
+        E.c.failed_at.is_(None),
+        E.c.claim_holder.is_not(None),
+    )
     .values(
         processed_at=NOW,
         processed_by_attempt=bindparam("attempt"),
@@ -39,6 +47,10 @@ MARK_PROCESSED = (
         lane_ready=false(),
         claim_holder=None,
         claim_expires_at=None,
+    )
+    .returning(
+        E.c.lane,
+        select(func.max(LAST.c.idx)).where(LAST.c.session_id == SESSION).scalar_subquery(),
     )
 )
 
@@ -82,24 +94,6 @@ def _event_at(connection: Connection, session_id: str, index: int) -> StoredEven
     return stored_event(row)
 
 
-def _event_with_status(
-    connection: Connection, session_id: str, index: int, ids: list[str]
-) -> tuple[StoredEvent, int, bool]:
-    """The event, its session's last index, and whether any of ``ids`` is stored anywhere."""
-    many = len(ids) > IN_CHUNK
-    row = driver.first(
-        connection,
-        EVENT_WITH_STATUS,
-        {"sid": session_id, "index": index, "ids": [] if many else ids},
-    )
-    if row is None:
-        raise A2Error(
-            ErrorCode.EVENT_NOT_FOUND, f"no event at index {index} in session {session_id!r}"
-        )
-    taken = bool(events_by_id(connection, ids)) if many else bool(row[-1])
-    return stored_event(row[:-2]), int(row[-2]), taken
-
-
 def complete_attempt(
     connection: Connection,
     session_id: str,
@@ -110,54 +104,77 @@ def complete_attempt(
     now: datetime,
     new_id: Callable[[], str],
 ) -> CompleteResult:
-    """Mark the event processed by ``attempt`` and append what the handler returned (SPEC §3)."""
+    """Mark the event processed by ``attempt`` and append what the handler returned (SPEC §3).
+
+    The common case (the attempt still holds the event) is one guarded
+    UPDATE and the insert; anything else falls to the full checks below,
+    which read the event as it is.
+    """
     ids = [event.id for event in batch if event.id is not None]
-    parent, last_index, taken = _event_with_status(connection, session_id, index, ids)
+    cause = EventCause(index, attempt)
+    caused = [replace(event, cause=cause) for event in batch]
+    if duplicate_ids(ids) is None:
+        marked = driver.first(
+            connection,
+            COMPLETE_IF_CURRENT,
+            {
+                "sid": session_id,
+                "index": index,
+                "now": now,
+                "attempt": attempt,
+                "returned": encode_ids(ids),
+            },
+        )
+        if marked is not None:
+            lane, last_index = marked
+            return CompleteResult(
+                "completed",
+                _append_returned(connection, session_id, lane, caused, last_index, now, new_id),
+            )
+
+    # The guarded update took nothing: the event is missing, done or no longer
+    # this attempt's, or the batch names an id twice. Read it and say which.
+    parent = _event_at(connection, session_id, index)
     repeated = duplicate_ids(ids)
     if repeated is not None:
         raise A2Error(
             ErrorCode.PARTIAL_DUPLICATE_BATCH,
             f"the returned events hold event id {repeated!r} more than once",
         )
-    cause = EventCause(index, attempt)
-    caused = [replace(event, cause=cause) for event in batch]
-
     if parent.processed_at is not None:
         if parent.processed_by_attempt != attempt:
             return CompleteResult("superseded")
         return CompleteResult("completed", _replay(connection, session_id, parent, caused, ids))
+    # Not processed and not taken by the guarded update: the attempt is not
+    # current, its claim was released, or the event is dead-lettered.
+    return CompleteResult("superseded")
 
-    if (
-        parent.attempt_count != attempt
-        or parent.claim_holder is None
-        or parent.failed_at is not None
-    ):
-        return CompleteResult("superseded")
 
-    if taken:
-        existing = events_by_id(connection, ids)
+def _append_returned(
+    connection: Connection,
+    session_id: str,
+    lane: str | None,
+    caused: Sequence[ValidEvent],
+    last_index: int,
+    now: datetime,
+    new_id: Callable[[], str],
+) -> list[StoredEvent]:
+    """After the event was marked processed: promote its lane's head, append the children."""
+    if lane is not None:
+        driver.run(connection, PROMOTE_LANE_HEAD, {"sid": session_id, "lane_name": lane})
+    try:
+        return insert_events(
+            connection, session_id, caused, first_index=last_index + 1, now=now, new_id=new_id
+        )
+    except DBAPIError as error:
+        if not is_event_id_collision(error):
+            raise
+        # The unique index is the check: the transaction is rolled back, and
+        # the event stays unprocessed.
         raise A2Error(
             ErrorCode.PARTIAL_DUPLICATE_BATCH,
-            f"returned event id {next(iter(existing))!r} already exists",
-        )
-
-    driver.run(
-        connection,
-        MARK_PROCESSED,
-        {
-            "sid": session_id,
-            "index": index,
-            "now": now,
-            "attempt": attempt,
-            "returned": encode_ids(ids),
-        },
-    )
-    if parent.lane is not None:
-        driver.run(connection, PROMOTE_LANE_HEAD, {"sid": session_id, "lane_name": parent.lane})
-    stored = insert_events(
-        connection, session_id, caused, first_index=last_index + 1, now=now, new_id=new_id
-    )
-    return CompleteResult("completed", stored)
+            f"a returned event id already exists: one of {[e.id for e in caused]!r}",
+        ) from None
 
 
 def _replay(

@@ -63,12 +63,6 @@ SESSION_STATUS = select(_LAST_INDEX, _HAS_PENDING)
 # the common append needs one statement before its insert.
 SESSION_STATUS_AND_IDS = select(_LAST_INDEX, _HAS_PENDING, _IDS_TAKEN)
 
-# An event with its session's last index and whether any of the given ids is
-# taken: everything complete_attempt reads, in one statement.
-EVENT_WITH_STATUS = select(E, _LAST_INDEX, _IDS_TAKEN).where(
-    E.c.session_id == SESSION, E.c.idx == bindparam("index")
-)
-
 PENDING_LANES = (
     select(E.c.lane)
     .where(
