@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Row
 
 from a2sql.errors import A2Error, ErrorCode
-from a2sql.records import JSON, Event, EventCause, StoredEvent
+from a2sql.records import JSON, EventCause, StoredEvent
 
 
 def truncate_ms(value: datetime) -> datetime:
@@ -118,15 +118,4 @@ def stored_event(row: Row[Any] | tuple[Any, ...]) -> StoredEvent:
         failed_at=failed_at,
         claim_holder=claim_holder,
         claim_expires_at=claim_expires_at,
-    )
-
-
-def event_of(stored: StoredEvent) -> Event:
-    return Event(
-        id=stored.id,
-        type=stored.type,
-        payload=stored.payload,
-        index=stored.index,
-        session_id=stored.session_id,
-        created_at=stored.created_at,
     )

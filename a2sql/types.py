@@ -67,6 +67,14 @@ class Timestamp(TypeDecorator[datetime]):
             return value.astimezone(UTC)
         return from_millis(value)
 
+    def result_processor(self, dialect: Dialect, coltype: object) -> Any:
+        # Rows are decoded by the thousand when paging: one closure per
+        # engine, without TypeDecorator's generic chain.
+        if dialect.name == "postgresql":
+            return lambda value: None if value is None else value.astimezone(UTC)
+        epoch, millis = EPOCH, timedelta(milliseconds=1)
+        return lambda value: None if value is None else epoch + value * millis
+
 
 class _PostgresJSON(UserDefinedType[str]):
     """PostgreSQL ``json`` (not ``jsonb``: it keeps ``\\u0000`` and ``-0.0``)."""
@@ -101,3 +109,8 @@ class JSONText(TypeDecorator[Any]):
         if isinstance(value, str) and dialect.name != "postgresql":
             return json.loads(value)
         return value
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Any:
+        if dialect.name == "postgresql":
+            return None
+        return json.loads

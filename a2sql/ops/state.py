@@ -7,15 +7,22 @@ from datetime import datetime
 from sqlalchemy import Connection, bindparam, select
 
 from a2sql import driver
-from a2sql.codec import event_of, stored_event
 from a2sql.dialects import Dialect
 from a2sql.errors import invalid
-from a2sql.ops.events import EVENTS_BETWEEN, MAX_INDEX, SESSION, session_status
-from a2sql.records import Snapshot, SnapshotInfo, StateRead
+from a2sql.ops.events import SESSION, session_status
+from a2sql.records import Event, Snapshot, SnapshotInfo, StateRead
+from a2sql.schema import events as E
 from a2sql.schema import snapshots as S
 
 SNAPSHOT_OF = select(S.c.up_to_index, S.c.state).where(
     S.c.session_id == SESSION, S.c.reducer_name == bindparam("reducer")
+)
+
+# What a reducer sees of an event: the six columns of ``Event``, no more.
+EVENTS_AFTER = (
+    select(E.c.event_id, E.c.event_type, E.c.payload, E.c.idx, E.c.session_id, E.c.created_at)
+    .where(E.c.session_id == SESSION, E.c.idx > bindparam("after"))
+    .order_by(E.c.idx)
 )
 
 SNAPSHOTS_OF_SESSION = (
@@ -31,14 +38,10 @@ def read_state(connection: Connection, session_id: str, reducer_name: str) -> St
     snapshot = None if row is None else Snapshot(index=row[0], state=row[1])
     rows = driver.rows(
         connection,
-        EVENTS_BETWEEN,
-        {
-            "sid": session_id,
-            "after": 0 if snapshot is None else snapshot.index,
-            "through": MAX_INDEX,
-        },
+        EVENTS_AFTER,
+        {"sid": session_id, "after": 0 if snapshot is None else snapshot.index},
     )
-    return StateRead(snapshot=snapshot, events=[event_of(stored_event(r)) for r in rows])
+    return StateRead(snapshot=snapshot, events=[Event(*row) for row in rows])
 
 
 def put_snapshot(
