@@ -32,6 +32,26 @@ AsyncPageReader = Callable[[int, int], Awaitable[list[StoredEvent]]]
 Subscribe = Callable[[Callback], Callback]
 
 
+class _Position:
+    """Where a stream stands: the last index it yielded and the page read ahead."""
+
+    def __init__(self, start_after: int) -> None:
+        self.last_index = start_after
+        self.ahead: deque[StoredEvent] = deque()
+
+    def take(self) -> StoredEvent:
+        event = self.ahead.popleft()
+        self.last_index = event.index
+        return event
+
+    def take_all(self) -> list[StoredEvent]:
+        events = list(self.ahead)
+        self.ahead.clear()
+        if events:
+            self.last_index = events[-1].index
+        return events
+
+
 class EventStream(Iterator[StoredEvent]):
     """An iterator over a session's events that waits for new ones until closed.
 
@@ -48,9 +68,8 @@ class EventStream(Iterator[StoredEvent]):
         poll_interval: float,
     ) -> None:
         self._read_page = read_page
-        self._last_index = start_after
+        self._at = _Position(start_after)
         self._poll_interval = poll_interval
-        self._buffer: deque[StoredEvent] = deque()
         self._closed = False
         self._wake = threading.Event()
         self._unsubscribe = subscribe(self._wake.set)
@@ -60,44 +79,38 @@ class EventStream(Iterator[StoredEvent]):
     @property
     def last_index(self) -> int:
         """The index of the last event yielded (or ``start_after``)."""
-        return self._last_index
+        return self._at.last_index
 
     def __iter__(self) -> EventStream:
         return self
 
     def __next__(self) -> StoredEvent:
-        while not self._buffer:
+        while not self._at.ahead:
             if self._closed:
                 raise StopIteration
             self._wake.clear()
-            page = self._read_page(self._last_index, STREAM_PAGE)
+            page = self._read_page(self._at.last_index, STREAM_PAGE)
             if page:
-                self._buffer.extend(page)
+                self._at.ahead.extend(page)
             else:
                 self._wake.wait(self._poll_interval)
         if self._closed:
             raise StopIteration
-        event = self._buffer.popleft()
-        self._last_index = event.index
-        return event
+        return self._at.take()
 
     def poll(self) -> list[StoredEvent]:
         """The events available now (at most one page), without waiting."""
         if self._closed:
             return []
-        if not self._buffer:
-            self._buffer.extend(self._read_page(self._last_index, STREAM_PAGE))
-        events = list(self._buffer)
-        self._buffer.clear()
-        if events:
-            self._last_index = events[-1].index
-        return events
+        if not self._at.ahead:
+            self._at.ahead.extend(self._read_page(self._at.last_index, STREAM_PAGE))
+        return self._at.take_all()
 
     def close(self) -> None:
         """Stop the stream; a ``next()`` waiting in another thread returns promptly."""
         if not self._closed:
             self._closed = True
-            self._buffer.clear()
+            self._at.ahead.clear()
             self._finalizer()
             self._wake.set()
 
@@ -129,9 +142,8 @@ class AsyncEventStream(AsyncIterator[StoredEvent]):
         poll_interval: float,
     ) -> None:
         self._read_page = read_page
-        self._last_index = start_after
+        self._at = _Position(start_after)
         self._poll_interval = poll_interval
-        self._buffer: deque[StoredEvent] = deque()
         self._closed = False
         self._wake = event = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -147,20 +159,20 @@ class AsyncEventStream(AsyncIterator[StoredEvent]):
     @property
     def last_index(self) -> int:
         """The index of the last event yielded (or ``start_after``)."""
-        return self._last_index
+        return self._at.last_index
 
     def __aiter__(self) -> AsyncEventStream:
         return self
 
     async def __anext__(self) -> StoredEvent:
         try:
-            while not self._buffer:
+            while not self._at.ahead:
                 if self._closed:
                     raise StopAsyncIteration
                 self._wake.clear()
-                page = await self._read_page(self._last_index, STREAM_PAGE)
+                page = await self._read_page(self._at.last_index, STREAM_PAGE)
                 if page:
-                    self._buffer.extend(page)
+                    self._at.ahead.extend(page)
                 else:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), self._poll_interval)
@@ -170,21 +182,15 @@ class AsyncEventStream(AsyncIterator[StoredEvent]):
             raise
         if self._closed:
             raise StopAsyncIteration
-        event = self._buffer.popleft()
-        self._last_index = event.index
-        return event
+        return self._at.take()
 
     async def poll(self) -> list[StoredEvent]:
         """The events available now (at most one page), without waiting."""
         if self._closed:
             return []
-        if not self._buffer:
-            self._buffer.extend(await self._read_page(self._last_index, STREAM_PAGE))
-        events = list(self._buffer)
-        self._buffer.clear()
-        if events:
-            self._last_index = events[-1].index
-        return events
+        if not self._at.ahead:
+            self._at.ahead.extend(await self._read_page(self._at.last_index, STREAM_PAGE))
+        return self._at.take_all()
 
     async def aclose(self) -> None:
         """Stop the stream."""
@@ -193,7 +199,7 @@ class AsyncEventStream(AsyncIterator[StoredEvent]):
     def _close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._buffer.clear()
+            self._at.ahead.clear()
             self._finalizer()
             self._wake.set()
 
