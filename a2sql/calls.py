@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Generic, TypeVar
 
 from sqlalchemy import Connection
@@ -138,11 +138,11 @@ def _valid_events(
 
 def _lease(ctx: Context, ttl_ms: object, expires_at: object) -> Callable[[datetime], datetime]:
     """Checks the lease arguments; returns how to compute the expiry from ``now``."""
-    ttl = validate.integer(ttl_ms, "ttl_ms", minimum=1)
+    ttl = validate.ttl(ttl_ms)
     if expires_at is not None:
         fixed = truncate_ms(validate.aware_datetime(expires_at, "expires_at"))
         return lambda _now: fixed
-    return lambda now: now + timedelta(milliseconds=ttl)
+    return lambda now: validate.expiry(now, ttl)
 
 
 def _index_bound(value: object, argument: str) -> int | None:
@@ -184,7 +184,9 @@ def claim_available(
     expiry = _lease(ctx, ttl_ms, expires_at)
     excluded = [
         validate.integer(index, f"exclude_indexes[{position}]", minimum=1)
-        for position, index in enumerate(validate.sequence(exclude_indexes, "exclude_indexes"))
+        for position, index in enumerate(
+            validate.short_sequence(exclude_indexes, "exclude_indexes", limit=validate.MAX_EXCLUDED)
+        )
     ]
 
     def run(connection: Connection) -> ClaimResult:
@@ -308,7 +310,7 @@ def presence_set(
     fields: Mapping[object, JSON] = validate.mapping(values, "values")
     written_at = truncate_ms(validate.aware_datetime(at, "at"))
     seen_value = validate.integer(seen, "seen", minimum=-(2**63))
-    ttl = validate.integer(ttl_ms, "ttl_ms", minimum=1)
+    ttl = validate.ttl(ttl_ms)
     encoded: list[tuple[str, str | None]] = [
         (
             validate.name(field, "values key"),
@@ -328,7 +330,7 @@ def presence_set(
             encoded,
             at=written_at,
             seen=seen_value,
-            expires_at=ctx.now() + timedelta(milliseconds=ttl),
+            expires_at=validate.expiry(ctx.now(), ttl),
         )
 
     return Call(run)

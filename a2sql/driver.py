@@ -176,6 +176,33 @@ def rows(connection: Connection, statement: ClauseElement, params: Params) -> li
     return _execute(connection, statement, params, fetch=True)
 
 
+# Items of one list bound per statement: far below SQLite's 32,766 and
+# PostgreSQL's 65,535 parameters, whatever else the statement binds.
+LIST_CHUNK = 10_000
+
+
+def rows_for_each_chunk(
+    connection: Connection,
+    statement: ClauseElement,
+    params: Params,
+    list_param: str,
+    items: Sequence[Any],
+    *,
+    per_item: int = 1,
+) -> list[Row]:
+    """``rows`` with the list ``items`` bound to ``list_param`` a chunk at a time.
+
+    For statements where each item stands alone (lookups, per-item updates);
+    ``per_item`` is how many parameters one item takes (2 for pairs).
+    """
+    size = LIST_CHUNK // per_item
+    found: list[Row] = []
+    for start in range(0, len(items), size):
+        chunk = {**params, list_param: list(items[start : start + size])}
+        found.extend(_execute(connection, statement, chunk, fetch=True))
+    return found
+
+
 def first(connection: Connection, statement: ClauseElement, params: Params) -> Row | None:
     """The first row, or ``None``."""
     found = _execute(connection, statement, params, fetch=True)

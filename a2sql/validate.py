@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from a2sql.errors import invalid
@@ -23,6 +23,9 @@ MAX_LIMIT = 1000
 # Python refuses to print integers past 4300 digits; stay well inside.
 MAX_JSON_INT_BITS = 13_000
 INT64_MAX = 2**63 - 1
+MAX_TTL_MS = 100 * 365 * 24 * 3600 * 1000
+# exclude_indexes must fit one statement's bound parameters on every engine.
+MAX_EXCLUDED = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +84,37 @@ def limit(value: object, argument: str = "limit") -> int:
 
 
 def aware_datetime(value: object, argument: str) -> datetime:
+    """A timezone-aware datetime whose UTC time lies in years 1 to 9999."""
     if not isinstance(value, datetime):
         raise invalid(argument, f"must be a datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise invalid(argument, "must be timezone-aware")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise invalid(argument, "lies outside the years 1 to 9999 in UTC") from None
     return value
+
+
+def ttl(value: object, argument: str = "ttl_ms") -> int:
+    """A lifetime in milliseconds: at least 1, at most a hundred years."""
+    return integer(value, argument, minimum=1, maximum=MAX_TTL_MS)
+
+
+def expiry(now: datetime, ttl_ms: int, argument: str = "ttl_ms") -> datetime:
+    """``now + ttl_ms``, refused when it would pass the year 9999."""
+    try:
+        return now + timedelta(milliseconds=ttl_ms)
+    except OverflowError:
+        raise invalid(argument, f"puts the expiry past the year 9999 (now is {now})") from None
+
+
+def short_sequence(value: object, argument: str, *, limit: int) -> Sequence[Any]:
+    """A list of at most ``limit`` items (each becomes a bound parameter of one statement)."""
+    items = sequence(value, argument)
+    if len(items) > limit:
+        raise invalid(argument, f"must hold at most {limit} items, got {len(items)}")
+    return items
 
 
 def _check_json(value: object, argument: str, depth: int) -> None:

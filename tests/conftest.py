@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import URL, create_engine, make_url, text
+from sqlalchemy.pool import NullPool
 
 import a2sql
 from a2sql.config import resolve_url
@@ -72,7 +73,8 @@ def postgres_url(postgres_server: URL | str) -> Iterator[str]:
         _unavailable(postgres_server)
         raise AssertionError("unreachable")
     schema = f"a2test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(postgres_server)
+    # No pool: the admin connection must not outlive a server restart (torture tests).
+    admin = create_engine(postgres_server, poolclass=NullPool)
     try:
         with admin.begin() as connection:
             connection.execute(text(f'create schema "{schema}"'))

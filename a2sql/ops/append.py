@@ -103,10 +103,12 @@ def _check_fence(connection: Connection, session_id: str, batch: Sequence[ValidE
         return
     parents = {
         idx: (attempt_count, failed_at)
-        for idx, attempt_count, failed_at in driver.rows(
+        for idx, attempt_count, failed_at in driver.rows_for_each_chunk(
             connection,
             PARENT_ATTEMPTS,
-            {"sid": session_id, "indexes": sorted({c.index for c in causes})},
+            {"sid": session_id},
+            "indexes",
+            sorted({c.index for c in causes}),
         )
     }
     for cause in causes:

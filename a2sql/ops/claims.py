@@ -104,10 +104,12 @@ def renew_claims(
     """Extend the claims still held by ``holder`` as their current attempt (SPEC §3)."""
     current: dict[int, int] = {
         idx: attempt_count
-        for idx, attempt_count in driver.rows(
+        for idx, attempt_count in driver.rows_for_each_chunk(
             connection,
             CURRENT_ATTEMPTS,
-            {"sid": session_id, "indexes": sorted({c.index for c in claims})},
+            {"sid": session_id},
+            "indexes",
+            sorted({c.index for c in claims}),
         )
     }
     superseded = {c.index for c in claims if c.index in current and current[c.index] > c.attempt}
@@ -118,16 +120,13 @@ def renew_claims(
     if candidates:
         renewed = {
             idx
-            for (idx,) in driver.rows(
+            for (idx,) in driver.rows_for_each_chunk(
                 connection,
                 RENEW,
-                {
-                    "sid": session_id,
-                    "claims": candidates,
-                    "holder": holder,
-                    "now": now,
-                    "expires_at": expires_at,
-                },
+                {"sid": session_id, "holder": holder, "now": now, "expires_at": expires_at},
+                "claims",
+                candidates,
+                per_item=2,
             )
         }
     return RenewResult(renewed=sorted(renewed), superseded=sorted(superseded))

@@ -15,8 +15,6 @@ from a2sql.errors import A2Error, ErrorCode
 from a2sql.records import EventCause, StoredEvent
 from a2sql.schema import events as E
 
-# Bound parameter lists stay far below SQLite's limit of 32766 variables.
-IN_CHUNK = 10_000
 MAX_INDEX = 2**63 - 1
 
 
@@ -96,11 +94,9 @@ INSERT_EVENTS = insert(E).values(
 def events_by_id(connection: Connection, ids: Sequence[str]) -> dict[str, StoredEvent]:
     """The stored events with these ids, in any session."""
     found: dict[str, StoredEvent] = {}
-    for start in range(0, len(ids), IN_CHUNK):
-        chunk = list(ids[start : start + IN_CHUNK])
-        for row in driver.rows(connection, EVENTS_BY_ID, {"ids": chunk}):
-            event = stored_event(row)
-            found[event.id] = event
+    for row in driver.rows_for_each_chunk(connection, EVENTS_BY_ID, {}, "ids", ids):
+        event = stored_event(row)
+        found[event.id] = event
     return found
 
 
@@ -114,7 +110,7 @@ def session_status_and_ids(
     connection: Connection, session_id: str, ids: Sequence[str]
 ) -> tuple[int, bool, bool]:
     """``session_status``, and whether any of ``ids`` is already stored anywhere."""
-    if len(ids) > IN_CHUNK:
+    if len(ids) > driver.LIST_CHUNK:
         last, pending = session_status(connection, session_id)
         return last, pending, bool(events_by_id(connection, ids))
     [(last, pending, taken)] = driver.rows(
@@ -145,8 +141,8 @@ def insert_events(
     if lanes:
         busy_lanes = {
             lane
-            for (lane,) in driver.rows(
-                connection, PENDING_LANES, {"sid": session_id, "lanes": lanes}
+            for (lane,) in driver.rows_for_each_chunk(
+                connection, PENDING_LANES, {"sid": session_id}, "lanes", lanes
             )
         }
     rows = []
