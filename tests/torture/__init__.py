@@ -1,0 +1,1 @@
+"""Concurrency and fault torture: many processes, crashes, server faults, hostile input."""

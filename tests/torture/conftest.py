@@ -1,0 +1,38 @@
+"""Fixtures of the torture tests: a database per engine for many processes, and a seed.
+
+The seed comes from ``A2SQL_TORTURE_SEED`` when set (to replay a failure),
+else it is random; every test prints it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from bench.torture.common import Report, Target
+
+TORTURE_ENGINES = ("sqlite", pytest.param("postgres", marks=pytest.mark.postgres))
+
+
+@pytest.fixture(params=TORTURE_ENGINES)
+def torture_target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
+    """A fresh database that many processes open: a SQLite file, or a PostgreSQL schema."""
+    if request.param == "sqlite":
+        return Target("sqlite", f"sqlite:///{tmp_path / 'torture.db'}")
+    return Target("postgres", str(request.getfixturevalue("postgres_url")))
+
+
+@pytest.fixture
+def seed() -> int:
+    chosen = int(os.environ.get("A2SQL_TORTURE_SEED") or random.randrange(1_000_000))
+    print(f"torture seed: {chosen} (replay with A2SQL_TORTURE_SEED={chosen})")
+    return chosen
+
+
+def assert_clean(report: Report) -> None:
+    """No anomaly; the summary (seed, figures, logs) is printed either way."""
+    print(report.summary())
+    assert not report.anomalies, report.summary()
