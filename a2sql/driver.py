@@ -45,8 +45,8 @@ class _Prepared:
         "compiled",
         "expanding",
         "names",
+        "processed_columns",
         "processors",
-        "result_processors",
         "shapes",
         "sql",
     )
@@ -61,8 +61,11 @@ class _Prepared:
         self.shapes: dict[tuple[int, ...], _Shape] = {}
         self.names = compiled.positiontup
         self.processors: Mapping[str, Any] = dict(compiled._bind_processors)
-        self.result_processors: list[Callable[[Any], Any] | None] = [
-            entry.type._cached_result_processor(dialect, None) for entry in compiled._result_columns
+        # (column position, processor) of the columns that need converting.
+        self.processed_columns: list[tuple[int, Callable[[Any], Any]]] = [
+            (position, process)
+            for position, entry in enumerate(compiled._result_columns)
+            if (process := entry.type._cached_result_processor(dialect, None)) is not None
         ]
 
     def arguments(self, params: Params) -> tuple[str, Any]:
@@ -108,16 +111,16 @@ class _Prepared:
         return shape
 
     def process_rows(self, rows: Sequence[Row]) -> list[Row]:
-        processors = self.result_processors
-        if not any(processors):
+        processed = self.processed_columns
+        if not processed:
             return [tuple(row) for row in rows]
-        return [
-            tuple(
-                value if process is None else process(value)
-                for value, process in zip(row, processors, strict=False)
-            )
-            for row in rows
-        ]
+        out = []
+        for row in rows:
+            values = list(row)
+            for position, process in processed:
+                values[position] = process(values[position])
+            out.append(tuple(values))
+        return out
 
 
 _prepared: dict[tuple[int, type[Dialect], str], _Prepared] = {}

@@ -113,4 +113,5 @@ class JSONText(TypeDecorator[Any]):
     def result_processor(self, dialect: Dialect, coltype: object) -> Any:
         if dialect.name == "postgresql":
             return None
-        return json.loads
+        loads = json.loads
+        return lambda value: None if value is None else loads(value)
