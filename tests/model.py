@@ -1,0 +1,534 @@
+"""A pure-Python reference model of SPEC §3, for the stateful conformance test.
+
+No database and no a2sql logic: only the record types and ``ErrorCode`` are
+imported, so that results of the model and of a real store compare directly.
+Every mutating operation runs on a copy of the state that is kept only when
+the operation returns, so an operation that raises has written nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from a2sql.errors import ErrorCode
+from a2sql.records import (
+    JSON,
+    AppendResult,
+    ClaimRef,
+    ClaimResult,
+    CompleteResult,
+    Event,
+    EventCause,
+    FailResult,
+    NewEvent,
+    PresenceEntry,
+    RenewResult,
+    Snapshot,
+    StateRead,
+    StoredEvent,
+)
+
+
+class ModelError(Exception):
+    """An error the model raises where the store must raise ``A2Error(code)``."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+@dataclass(frozen=True)
+class ReplayOrConflict:
+    """A replay whose payloads are equal by value but not by JSON identity (1 vs 1.0).
+
+    SPEC §3 does not say which equality "differs" means, so the store may
+    answer either the replay (``result``) or ``IDEMPOTENCY_CONFLICT``.
+    """
+
+    result: AppendResult | CompleteResult
+
+
+def truncate_ms(value: datetime) -> datetime:
+    """A time truncated to the whole millisecond the store keeps."""
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+
+def json_identical(a: object, b: object) -> bool:
+    """True when two JSON values are the same value, type, key order and float sign."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_identical(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(json_identical(a[k], b[k]) for k in a)
+    return a == b
+
+
+@dataclass
+class ModelEvent:
+    """Everything the store keeps about one event, plus its lane readiness."""
+
+    id: str
+    type: str
+    payload: JSON
+    index: int
+    session_id: str
+    created_at: datetime
+    cause: EventCause | None
+    lane: str | None
+    ready: bool
+    processed_at: datetime | None = None
+    processed_by_attempt: int | None = None
+    returned_event_ids: list[str] | None = None
+    first_claimed_at: datetime | None = None
+    last_claimed_at: datetime | None = None
+    attempt_count: int = 0
+    failure_count: int = 0
+    last_failed_at: datetime | None = None
+    last_failed_attempt: int | None = None
+    last_error: str | None = None
+    failed_at: datetime | None = None
+    claim_holder: str | None = None
+    claim_expires_at: datetime | None = None
+
+    def stored(self) -> StoredEvent:
+        """The record ``store.read`` returns for this event."""
+        return StoredEvent(
+            id=self.id,
+            type=self.type,
+            payload=copy.deepcopy(self.payload),
+            index=self.index,
+            session_id=self.session_id,
+            created_at=self.created_at,
+            cause=self.cause,
+            lane=self.lane,
+            processed_at=self.processed_at,
+            processed_by_attempt=self.processed_by_attempt,
+            returned_event_ids=(
+                None if self.returned_event_ids is None else list(self.returned_event_ids)
+            ),
+            first_claimed_at=self.first_claimed_at,
+            last_claimed_at=self.last_claimed_at,
+            attempt_count=self.attempt_count,
+            failure_count=self.failure_count,
+            last_failed_at=self.last_failed_at,
+            last_failed_attempt=self.last_failed_attempt,
+            last_error=self.last_error,
+            failed_at=self.failed_at,
+            claim_holder=self.claim_holder,
+            claim_expires_at=self.claim_expires_at,
+        )
+
+    def event(self) -> Event:
+        """The record ``read_state`` returns for this event."""
+        return Event(
+            id=self.id,
+            type=self.type,
+            payload=copy.deepcopy(self.payload),
+            index=self.index,
+            session_id=self.session_id,
+            created_at=self.created_at,
+        )
+
+    @property
+    def claimable_kind(self) -> bool:
+        """Unprocessed, not dead-lettered and ready: the events claims consider."""
+        return self.processed_at is None and self.failed_at is None and self.ready
+
+
+@dataclass
+class PresenceRow:
+    value: JSON
+    seen: int
+    at: datetime
+    expires_at: datetime
+
+
+@dataclass
+class ModelState:
+    sessions: dict[str, list[ModelEvent]] = field(default_factory=dict)
+    snapshots: dict[tuple[str, str], tuple[int, JSON]] = field(default_factory=dict)
+    presence: dict[str, dict[tuple[str, str], PresenceRow]] = field(default_factory=dict)
+
+
+class Model:
+    """The store's semantics (SPEC §3) over plain Python data."""
+
+    def __init__(self, now: Callable[[], datetime], new_id: Callable[[], str]) -> None:
+        self._now = now
+        self._new_id = new_id
+        self.state = ModelState()
+
+    # --- helpers ----------------------------------------------------------
+
+    def now(self) -> datetime:
+        return truncate_ms(self._now())
+
+    @contextmanager
+    def _transaction(self) -> Iterator[ModelState]:
+        """Work on a copy; keep it only if the block returns."""
+        working = copy.deepcopy(self.state)
+        yield working
+        self.state = working
+
+    @staticmethod
+    def _events(state: ModelState, session_id: str) -> list[ModelEvent]:
+        return state.sessions.setdefault(session_id, [])
+
+    @staticmethod
+    def _by_id(state: ModelState, event_id: str) -> ModelEvent | None:
+        for events in state.sessions.values():
+            for event in events:
+                if event.id == event_id:
+                    return event
+        return None
+
+    @staticmethod
+    def _at(events: list[ModelEvent], index: int) -> ModelEvent | None:
+        return events[index - 1] if 1 <= index <= len(events) else None
+
+    @staticmethod
+    def _has_pending(events: list[ModelEvent]) -> bool:
+        return any(event.processed_at is None for event in events)
+
+    def events_of(self, session_id: str) -> list[ModelEvent]:
+        """The session's events (read-only use)."""
+        return self.state.sessions.get(session_id, [])
+
+    def _insert(
+        self,
+        events: list[ModelEvent],
+        session_id: str,
+        new: NewEvent,
+        cause: EventCause | None,
+        now: datetime,
+    ) -> ModelEvent:
+        """SPEC §3 append step 4 for one event, earlier events of the batch included."""
+        lane_free = not any(e.lane == new.lane and e.processed_at is None for e in events)
+        inserted = ModelEvent(
+            id=new.id if new.id is not None else self._new_id(),
+            type=new.type,
+            payload=copy.deepcopy(new.payload),
+            index=len(events) + 1,
+            session_id=session_id,
+            created_at=now,
+            cause=cause,
+            lane=new.lane,
+            ready=new.lane is None or lane_free,
+            processed_at=now if new.settled else None,
+        )
+        events.append(inserted)
+        return inserted
+
+    @staticmethod
+    def _replay(
+        request: Sequence[NewEvent],
+        stored: Sequence[ModelEvent],
+        causes: Sequence[EventCause | None],
+    ) -> tuple[list[StoredEvent], bool]:
+        """The stored events in request order; raise on a conflict.
+
+        Returns whether some payload was equal by value only (see ``ReplayOrConflict``).
+        """
+        loose = False
+        for new, old, cause in zip(request, stored, causes, strict=True):
+            if new.type != old.type or new.lane != old.lane or cause != old.cause:
+                raise ModelError(ErrorCode.IDEMPOTENCY_CONFLICT, f"event {old.id} differs")
+            if not json_identical(new.payload, old.payload):
+                if new.payload != old.payload:
+                    raise ModelError(ErrorCode.IDEMPOTENCY_CONFLICT, f"payload of {old.id}")
+                loose = True
+        return [old.stored() for old in stored], loose
+
+    # --- events -----------------------------------------------------------
+
+    def append(self, session_id: str, batch: Sequence[NewEvent]) -> AppendResult | ReplayOrConflict:
+        """SPEC §3 append, idempotent replay included."""
+        if not batch:
+            return AppendResult(
+                events=[], has_pending=self._has_pending(self.events_of(session_id))
+            )
+        with self._transaction() as state:
+            events = self._events(state, session_id)
+            supplied = [e.id for e in batch if e.id is not None]
+            if len(set(supplied)) != len(supplied):
+                raise ModelError(ErrorCode.PARTIAL_DUPLICATE_BATCH, "id twice in the batch")
+            existing = [found for i in supplied if (found := self._by_id(state, i)) is not None]
+            if existing:
+                if any(e.session_id != session_id for e in existing):
+                    raise ModelError(ErrorCode.PARTIAL_DUPLICATE_BATCH, "id in another session")
+                if len(existing) != len(batch):
+                    raise ModelError(ErrorCode.PARTIAL_DUPLICATE_BATCH, "stored and fresh mixed")
+                replayed, loose = self._replay(batch, existing, [e.cause for e in batch])
+                result = AppendResult(events=replayed, has_pending=self._has_pending(events))
+                return ReplayOrConflict(result) if loose else result
+            for new in batch:
+                if new.cause is None:
+                    continue
+                parent = self._at(events, new.cause.index)
+                if parent is None:
+                    raise ModelError(ErrorCode.EVENT_NOT_FOUND, f"no event {new.cause.index}")
+                if parent.attempt_count != new.cause.attempt or parent.failed_at is not None:
+                    raise ModelError(ErrorCode.SUPERSEDED_ATTEMPT, "cause is not current")
+            had_pending = self._has_pending(events)
+            now = self.now()
+            inserted = [self._insert(events, session_id, new, new.cause, now) for new in batch]
+            return AppendResult(
+                events=[e.stored() for e in inserted],
+                has_pending=had_pending or any(not new.settled for new in batch),
+            )
+
+    def read(
+        self, session_id: str, *, after_index: int | None = None, through_index: int | None = None
+    ) -> list[StoredEvent]:
+        """SPEC §3 read."""
+        low = 0 if after_index is None else after_index
+        return [
+            e.stored()
+            for e in self.events_of(session_id)
+            if e.index > low and (through_index is None or e.index <= through_index)
+        ]
+
+    # --- claims -----------------------------------------------------------
+
+    def _expiry(self, now: datetime, ttl_ms: int, expires_at: datetime | None) -> datetime:
+        if expires_at is not None:
+            return truncate_ms(expires_at)
+        return now + timedelta(milliseconds=ttl_ms)
+
+    def claim_available(
+        self,
+        session_id: str,
+        *,
+        holder: str,
+        ttl_ms: int,
+        expires_at: datetime | None = None,
+        exclude_indexes: Sequence[int] = (),
+    ) -> ClaimResult:
+        """SPEC §3 claim_available."""
+        with self._transaction() as state:
+            now = self.now()
+            until = self._expiry(now, ttl_ms, expires_at)
+            events = self._events(state, session_id)
+            claimable = [
+                e
+                for e in events
+                if e.claimable_kind
+                and e.index not in exclude_indexes
+                and (e.claim_expires_at is None or e.claim_expires_at <= now)
+            ]
+            for e in claimable:
+                e.attempt_count += 1
+                if e.first_claimed_at is None:
+                    e.first_claimed_at = now
+                e.last_claimed_at = now
+                e.claim_holder = holder
+                e.claim_expires_at = until
+            if claimable:
+                return ClaimResult(outcome="claimed", events=[e.stored() for e in claimable])
+            active = [
+                e.claim_expires_at
+                for e in events
+                if e.claimable_kind and e.claim_expires_at is not None and e.claim_expires_at > now
+            ]
+            if active:
+                return ClaimResult(outcome="busy", retry_at=min(active))
+            return ClaimResult(outcome="settled")
+
+    def renew_claims(
+        self,
+        session_id: str,
+        *,
+        holder: str,
+        claims: Sequence[ClaimRef],
+        ttl_ms: int,
+        expires_at: datetime | None = None,
+    ) -> RenewResult:
+        """SPEC §3 renew_claims."""
+        with self._transaction() as state:
+            now = self.now()
+            until = self._expiry(now, ttl_ms, expires_at)
+            events = self._events(state, session_id)
+            renewed: list[int] = []
+            superseded: list[int] = []
+            for claim in claims:
+                e = self._at(events, claim.index)
+                if e is None:
+                    continue
+                if e.attempt_count > claim.attempt:
+                    superseded.append(claim.index)
+                elif (
+                    e.attempt_count == claim.attempt
+                    and e.processed_at is None
+                    and e.failed_at is None
+                    and e.claim_holder == holder
+                    and e.claim_expires_at is not None
+                    and e.claim_expires_at > now
+                ):
+                    e.claim_expires_at = until
+                    renewed.append(claim.index)
+            return RenewResult(renewed=sorted(renewed), superseded=sorted(superseded))
+
+    # --- attempts ---------------------------------------------------------
+
+    def complete_attempt(
+        self, session_id: str, *, index: int, attempt: int, events: Sequence[NewEvent]
+    ) -> CompleteResult | ReplayOrConflict:
+        """SPEC §3 complete_attempt, the retry of a committed completion included."""
+        with self._transaction() as state:
+            session = self._events(state, session_id)
+            parent = self._at(session, index)
+            if parent is None:
+                raise ModelError(ErrorCode.EVENT_NOT_FOUND, f"no event {index}")
+            ids = [str(e.id) for e in events]
+            if len(set(ids)) != len(ids):
+                raise ModelError(ErrorCode.PARTIAL_DUPLICATE_BATCH, "id twice in the batch")
+            cause = EventCause(index=index, attempt=attempt)
+            if parent.processed_at is not None:
+                if parent.processed_by_attempt != attempt:
+                    return CompleteResult(outcome="superseded")
+                if parent.returned_event_ids != ids:
+                    raise ModelError(ErrorCode.PARTIAL_DUPLICATE_BATCH, "not the committed ids")
+                stored = [self._by_id(state, i) for i in ids]
+                committed = [e for e in stored if e is not None and e.session_id == session_id]
+                if len(committed) != len(ids) or any(e.cause != cause for e in committed):
+                    raise ModelError(ErrorCode.PARTIAL_DUPLICATE_BATCH, "not the committed batch")
+                replayed, loose = self._replay(events, committed, [cause] * len(events))
+                result = CompleteResult(outcome="completed", events=replayed)
+                return ReplayOrConflict(result) if loose else result
+            if (
+                parent.attempt_count != attempt
+                or parent.claim_holder is None
+                or parent.failed_at is not None
+            ):
+                return CompleteResult(outcome="superseded")
+            if any(self._by_id(state, i) is not None for i in ids):
+                raise ModelError(ErrorCode.PARTIAL_DUPLICATE_BATCH, "a returned id exists")
+            now = self.now()
+            parent.processed_at = now
+            parent.processed_by_attempt = attempt
+            parent.returned_event_ids = ids
+            parent.ready = False
+            parent.claim_holder = None
+            parent.claim_expires_at = None
+            if parent.lane is not None:
+                head = next(
+                    (e for e in session if e.lane == parent.lane and e.processed_at is None),
+                    None,
+                )
+                if head is not None:
+                    head.ready = True
+            inserted = [self._insert(session, session_id, new, cause, now) for new in events]
+            return CompleteResult(outcome="completed", events=[e.stored() for e in inserted])
+
+    def fail_attempt(
+        self, session_id: str, *, index: int, attempt: int, error: str, max_failures: int
+    ) -> FailResult:
+        """SPEC §3 fail_attempt."""
+        with self._transaction() as state:
+            e = self._at(self._events(state, session_id), index)
+            if e is None:
+                raise ModelError(ErrorCode.EVENT_NOT_FOUND, f"no event {index}")
+            if e.processed_at is not None or e.attempt_count != attempt:
+                return FailResult(outcome="superseded", failure_count=e.failure_count)
+            if e.failed_at is not None:
+                return FailResult(outcome="dead_lettered", failure_count=e.failure_count)
+            if e.claim_holder is None:
+                outcome = "failed" if e.last_failed_attempt == attempt else "superseded"
+                return FailResult(outcome=outcome, failure_count=e.failure_count)
+            now = self.now()
+            e.failure_count += 1
+            e.last_error = error
+            e.last_failed_at = now
+            e.last_failed_attempt = attempt
+            e.claim_holder = None
+            e.claim_expires_at = None
+            if e.failure_count >= max_failures:
+                e.failed_at = now
+                return FailResult(outcome="dead_lettered", failure_count=e.failure_count)
+            return FailResult(outcome="failed", failure_count=e.failure_count)
+
+    # --- state ------------------------------------------------------------
+
+    def read_state(self, session_id: str, reducer_name: str) -> StateRead:
+        """SPEC §3 read_state."""
+        stored = self.state.snapshots.get((session_id, reducer_name))
+        snapshot = None if stored is None else Snapshot(stored[0], copy.deepcopy(stored[1]))
+        after = 0 if snapshot is None else snapshot.index
+        return StateRead(
+            snapshot=snapshot,
+            events=[e.event() for e in self.events_of(session_id) if e.index > after],
+        )
+
+    def put_snapshot(self, session_id: str, reducer_name: str, index: int, state: JSON) -> None:
+        """SPEC §3 put_snapshot: an upsert guarded by index, within the session's events."""
+        last = len(self.events_of(session_id))
+        if not 1 <= index <= last:
+            raise ModelError(ErrorCode.INVALID_ARGUMENT, f"index {index} not in 1..{last}")
+        with self._transaction() as working:
+            key = (session_id, reducer_name)
+            stored = working.snapshots.get(key)
+            if stored is None or index > stored[0]:
+                working.snapshots[key] = (index, copy.deepcopy(state))
+
+    # --- presence ---------------------------------------------------------
+
+    def presence_set(
+        self,
+        ns: str,
+        participant: str,
+        values: Mapping[str, JSON],
+        *,
+        at: datetime,
+        seen: int,
+        ttl_ms: int,
+    ) -> None:
+        """SPEC §3 presence.set: field-wise last-writer-wins by ``at``."""
+        if not values:
+            return
+        with self._transaction() as state:
+            rows = state.presence.setdefault(ns, {})
+            written_at = truncate_ms(at)
+            expires_at = self.now() + timedelta(milliseconds=ttl_ms)
+            for name, value in values.items():
+                key = (participant, name)
+                old = rows.get(key)
+                if old is not None and old.at > written_at:
+                    continue
+                if value is None:
+                    rows.pop(key, None)
+                else:
+                    rows[key] = PresenceRow(copy.deepcopy(value), seen, written_at, expires_at)
+
+    def presence_read(self, ns: str) -> list[PresenceEntry]:
+        """SPEC §3 presence.read: sweep the expired rows, return the live ones in order."""
+        with self._transaction() as state:
+            now = self.now()
+            rows = state.presence.setdefault(ns, {})
+            for key in [k for k, row in rows.items() if row.expires_at <= now]:
+                del rows[key]
+            return [
+                PresenceEntry(
+                    participant=participant,
+                    field=name,
+                    value=copy.deepcopy(row.value),
+                    seen=row.seen,
+                    at=row.at,
+                    expires_at=row.expires_at,
+                )
+                for (participant, name), row in sorted(rows.items())
+            ]
+
+
+def describe(value: Any) -> str:
+    """A short repr for assertion messages."""
+    text = repr(value)
+    return text if len(text) <= 400 else text[:400] + "…"
