@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, func, literal_column, select
+from sqlalchemy import Connection, bindparam, func, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Insert
@@ -124,7 +124,3 @@ def dialect_named(name: str) -> Dialect:
     if name == "postgresql":
         return PostgresDialect()
     raise ValueError(f"a2sql does not support the {name!r} dialect")
-
-
-def dialect_for(engine: Engine) -> Dialect:
-    return dialect_named(engine.dialect.name)
