@@ -60,7 +60,7 @@ RENEW = (
         E.c.claim_expires_at > NOW,
     )
     .values(claim_expires_at=EXPIRES_AT)
-    .returning(E.c.idx)
+    .returning(E.c.idx, E.c.attempt_count)
 )
 
 
@@ -112,21 +112,25 @@ def renew_claims(
             sorted({c.index for c in claims}),
         )
     }
-    superseded = {c.index for c in claims if c.index in current and current[c.index] > c.attempt}
-    candidates = sorted(
-        {(c.index, c.attempt) for c in claims if c.index in current and c.index not in superseded}
-    )
-    renewed: set[int] = set()
-    if candidates:
-        renewed = {
-            idx
-            for (idx,) in driver.rows_for_each_chunk(
-                connection,
-                RENEW,
-                {"sid": session_id, "holder": holder, "now": now, "expires_at": expires_at},
-                "claims",
-                candidates,
-                per_item=2,
+    # Each claim is judged on its own, in the request's order (a stale and a
+    # current attempt of one event give one superseded and one renewed).
+    superseded = [c.index for c in claims if c.index in current and current[c.index] > c.attempt]
+    candidates = [(c.index, c.attempt) for c in claims if c.index in current]
+    candidates = [(i, a) for i, a in candidates if current[i] <= a]
+    params = {"sid": session_id, "holder": holder, "now": now, "expires_at": expires_at}
+    renewed: list[int] = []
+    if len(set(candidates)) == len(candidates):
+        extended = {
+            (idx, attempt)
+            for idx, attempt in driver.rows_for_each_chunk(
+                connection, RENEW, params, "claims", candidates, per_item=2
             )
         }
+        renewed = [idx for idx, attempt in candidates if (idx, attempt) in extended]
+    else:
+        # The same claim named twice: renew one at a time, as each renewal
+        # changes what the next one sees (an expiry in the past ends it).
+        for idx, attempt in candidates:
+            if driver.rows(connection, RENEW, {**params, "claims": [(idx, attempt)]}):
+                renewed.append(idx)
     return RenewResult(renewed=sorted(renewed), superseded=sorted(superseded))

@@ -157,3 +157,26 @@ def test_renew_of_no_claims_returns_empty_lists(store: Store) -> None:
     """§3 renew_claims: an empty list of claims renews nothing."""
     result = store.renew_claims("s", holder="w", claims=[], ttl_ms=1000)
     assert (result.renewed, result.superseded) == ([], [])
+
+
+def test_renew_judges_each_claim_on_its_own_stale_and_current_attempt_of_one_event(
+    store: Store, clock: FakeClock
+) -> None:
+    """§3 renew_claims is per claim: a stale attempt of an event is superseded while its
+    current attempt, named in the same call, is renewed."""
+    claimed_session(store, clock, 1, holder="a")
+    clock.advance(ms=1000)  # the claim expires; "b" takes the event as attempt 2
+    assert store.claim_available("s", holder="b", ttl_ms=1000).events[0].attempt_count == 2
+    result = store.renew_claims(
+        "s", holder="b", claims=[ClaimRef(1, 1), ClaimRef(1, 2)], ttl_ms=3000
+    )
+    assert (result.renewed, result.superseded) == ([1], [1])
+    [event] = store.read("s")
+    assert event.claim_expires_at == START_MS + ms(1000) + ms(3000)
+
+
+def test_renew_reports_a_claim_named_twice_twice(store: Store, clock: FakeClock) -> None:
+    """§3 renew_claims reports per claim: the same live claim named twice is renewed twice."""
+    claimed_session(store, clock, 1)
+    result = store.renew_claims("s", holder="w", claims=[ClaimRef(1, 1)] * 2, ttl_ms=3000)
+    assert (result.renewed, result.superseded) == ([1, 1], [])
