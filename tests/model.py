@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from a2sql.errors import ErrorCode
 from a2sql.records import (
@@ -25,6 +24,7 @@ from a2sql.records import (
     CompleteResult,
     Event,
     EventCause,
+    FailOutcome,
     FailResult,
     NewEvent,
     PresenceEntry,
@@ -442,7 +442,9 @@ class Model:
             if e.failed_at is not None:
                 return FailResult(outcome="dead_lettered", failure_count=e.failure_count)
             if e.claim_holder is None:
-                outcome = "failed" if e.last_failed_attempt == attempt else "superseded"
+                outcome: FailOutcome = (
+                    "failed" if e.last_failed_attempt == attempt else "superseded"
+                )
                 return FailResult(outcome=outcome, failure_count=e.failure_count)
             now = self.now()
             e.failure_count += 1
@@ -526,9 +528,3 @@ class Model:
                 )
                 for (participant, name), row in sorted(rows.items())
             ]
-
-
-def describe(value: Any) -> str:
-    """A short repr for assertion messages."""
-    text = repr(value)
-    return text if len(text) <= 400 else text[:400] + "…"
