@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect
@@ -138,40 +138,45 @@ def _prepare(statement: ClauseElement, dialect: Dialect) -> _Prepared:
     return prepared
 
 
-def _execute(
-    connection: Connection, statement: ClauseElement, params: Params, *, fetch: bool
+def _on_cursor(
+    connection: Connection, sql: str, arguments: Any, *, many: bool = False, fetch: bool = False
 ) -> list[Row]:
-    prepared = _prepare(statement, connection.dialect)
-    sql, arguments = prepared.arguments(params)
+    """Send ``sql`` on a cursor of the connection's driver; the raw rows if ``fetch``."""
     cursor = connection.connection.cursor()
     try:
         if connection.dispatch.before_cursor_execute:
             # Keep statement counters and tracing tools honest.
             connection.dispatch.before_cursor_execute(
-                connection, cursor, sql, arguments, None, False
+                connection, cursor, sql, arguments, None, many
             )
-        cursor.execute(sql, arguments)
-        rows = cursor.fetchall() if fetch and cursor.description is not None else []
+        if many:
+            cursor.executemany(sql, arguments)
+        else:
+            cursor.execute(sql, arguments)
+        found: list[Row] = (
+            cast("list[Row]", cursor.fetchall()) if fetch and cursor.description is not None else []
+        )
     except Exception as error:
         # SQLAlchemy's own handling: wraps the driver's error in a DBAPIError
         # and invalidates the pool on a lost connection.
         connection._handle_dbapi_exception(error, sql, arguments, cursor, None)
     finally:
         cursor.close()
-    return prepared.process_rows(rows) if rows else []
+    return found
+
+
+def _execute(
+    connection: Connection, statement: ClauseElement, params: Params, *, fetch: bool
+) -> list[Row]:
+    prepared = _prepare(statement, connection.dialect)
+    sql, arguments = prepared.arguments(params)
+    found = _on_cursor(connection, sql, arguments, fetch=fetch)
+    return prepared.process_rows(found) if found else []
 
 
 def execute_text(connection: Connection, sql: str) -> None:
     """Run a fixed SQL text with no parameters (BEGIN IMMEDIATE, say) the same way."""
-    cursor = connection.connection.cursor()
-    try:
-        if connection.dispatch.before_cursor_execute:
-            connection.dispatch.before_cursor_execute(connection, cursor, sql, (), None, False)
-        cursor.execute(sql)
-    except Exception as error:
-        connection._handle_dbapi_exception(error, sql, (), cursor, None)
-    finally:
-        cursor.close()
+    _on_cursor(connection, sql, ())
 
 
 def rows(connection: Connection, statement: ClauseElement, params: Params) -> list[Row]:
@@ -225,14 +230,4 @@ def run_many(connection: Connection, statement: ClauseElement, many: Sequence[Pa
     prepared = _prepare(statement, connection.dialect)
     assert not prepared.expanding, "executemany takes no expanding parameters"
     arguments = [prepared.arguments(params)[1] for params in many]
-    cursor = connection.connection.cursor()
-    try:
-        if connection.dispatch.before_cursor_execute:
-            connection.dispatch.before_cursor_execute(
-                connection, cursor, prepared.sql, arguments, None, True
-            )
-        cursor.executemany(prepared.sql, arguments)
-    except Exception as error:
-        connection._handle_dbapi_exception(error, prepared.sql, arguments, cursor, None)
-    finally:
-        cursor.close()
+    _on_cursor(connection, prepared.sql, arguments, many=True)
