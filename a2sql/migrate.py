@@ -14,7 +14,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, inspect, text
 from sqlalchemy.pool import StaticPool
 
 from a2sql.config import READ_ONLY, install_sqlite_hooks
@@ -162,7 +162,6 @@ def ensure_schema_on(connection: Connection, *, upgrade_allowed: bool) -> None:
 
 
 def _has_a2_tables(connection: Connection) -> bool:
-    from sqlalchemy import inspect
 
     present = set(inspect(connection).get_table_names())
     return bool(present & set(TABLE_NAMES))
