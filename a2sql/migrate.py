@@ -162,7 +162,6 @@ def ensure_schema_on(connection: Connection, *, upgrade_allowed: bool) -> None:
 
 
 def _has_a2_tables(connection: Connection) -> bool:
-
     present = set(inspect(connection).get_table_names())
     return bool(present & set(TABLE_NAMES))
 
