@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from a2sql import calls
 from a2sql import migrate as migrations
-from a2sql.calls import Call, Context, Done, run_in_transaction
+from a2sql.calls import Call, Context, Done, run_on_connection
 from a2sql.config import READ_ONLY
 from a2sql.errors import DRIVER_FAILURES, A2Error, ErrorCode, from_driver_error
 from a2sql.records import (
@@ -109,7 +109,7 @@ class AsyncStore:
             self._connection(read_only=call.read_only) as connection,
             connection.begin(),
         ):
-            result = await connection.run_sync(run_in_transaction, self._ctx, call)
+            result = await connection.run_sync(run_on_connection, self._ctx, call)
         if call.lock_session is not None and call.wakes(result):
             LOCAL.wake(self._database, call.lock_session)
         return result

@@ -1,9 +1,10 @@
 """Each public method once: check its arguments, then describe the transaction to run.
 
 A ``Call`` says which session to lock (if any), whether the transaction only
-reads, and what to run on its connection. ``Store`` runs calls on a
-``Connection``; ``AsyncStore`` runs the very same calls through
-``AsyncConnection.run_sync``. Nothing here knows which facade or engine it is on.
+reads, and what to run in its transaction (a ``driver.Tx``). ``Store`` runs
+calls on pooled driver connections; ``AsyncStore`` runs the very same calls
+through ``AsyncConnection.run_sync``. Nothing here knows which facade or
+engine it is on.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from a2sql import validate
 from a2sql.clock import Clock
 from a2sql.codec import truncate_ms
 from a2sql.dialects import Dialect
+from a2sql.driver import Tx
 from a2sql.errors import invalid
 from a2sql.ops import append as append_ops
 from a2sql.ops import attempts as attempt_ops
@@ -67,9 +69,9 @@ class Context:
 
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
-    """One transaction to run: ``run(connection)`` after locking ``lock_session``."""
+    """One transaction to run: ``run(tx)`` after locking ``lock_session``."""
 
-    run: Callable[[Connection], T]
+    run: Callable[[Tx], T]
     lock_session: str | None = None
     read_only: bool = False
     # Whether the result means new events in ``lock_session``: streams are woken.
@@ -86,13 +88,20 @@ class Done(Generic[T]):
     result: T
 
 
-def run_in_transaction(connection: Connection, ctx: Context, call: Call[T]) -> T:
+def run_in_transaction(tx: Tx, ctx: Context, call: Call[T]) -> T:
     """The body of every transaction, sync or async: lock the session, then run."""
     if call.lock_session is not None:
-        ctx.dialect.lock_session(
-            connection, call.lock_session, announce=call.added_events is not None
-        )
-    return call.run(connection)
+        ctx.dialect.lock_session(tx, call.lock_session, announce=call.added_events is not None)
+    return call.run(tx)
+
+
+def run_on_connection(connection: Connection, ctx: Context, call: Call[T]) -> T:
+    """``run_in_transaction`` inside a transaction that SQLAlchemy runs on ``connection``."""
+    tx = Tx.on(connection)
+    try:
+        return run_in_transaction(tx, ctx, call)
+    finally:
+        tx.close()
 
 
 def _valid_cause(cause: object, where: str) -> EventCause:
@@ -189,10 +198,10 @@ def claim_available(
         )
     ]
 
-    def run(connection: Connection) -> ClaimResult:
+    def run(tx: Tx) -> ClaimResult:
         now = ctx.now()
         return claim_ops.claim_available(
-            connection, sid, holder=who, now=now, expires_at=expiry(now), exclude_indexes=excluded
+            tx, sid, holder=who, now=now, expires_at=expiry(now), exclude_indexes=excluded
         )
 
     return Call(run, lock_session=sid)
@@ -219,10 +228,10 @@ def renew_claims(
     if not refs:
         return Done(RenewResult(renewed=[], superseded=[]))
 
-    def run(connection: Connection) -> RenewResult:
+    def run(tx: Tx) -> RenewResult:
         now = ctx.now()
         return claim_ops.renew_claims(
-            connection, sid, holder=who, claims=refs, now=now, expires_at=expiry(now)
+            tx, sid, holder=who, claims=refs, now=now, expires_at=expiry(now)
         )
 
     return Call(run, lock_session=sid)
@@ -321,9 +330,9 @@ def presence_set(
     if not encoded:
         return Done(None)
 
-    def run(connection: Connection) -> None:
+    def run(tx: Tx) -> None:
         presence_ops.set_fields(
-            connection,
+            tx,
             ctx.dialect,
             space,
             who,

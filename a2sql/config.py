@@ -13,7 +13,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
-from a2sql.driver import execute_text
+from a2sql.driver import Tx
 from a2sql.errors import invalid
 
 ENV_URL = "A2SQL_DATABASE_URL"
@@ -126,11 +126,22 @@ def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
+def sqlite_begin(*, read_only: bool) -> str:
+    """How a2sql opens a SQLite transaction.
+
+    A deferred transaction that later writes can fail with "database is
+    locked" whatever the busy timeout; writers take the lock up front.
+    """
+    return "BEGIN" if read_only else "BEGIN IMMEDIATE"
+
+
 def _on_begin(connection: Any) -> None:
-    # A deferred transaction that later writes can fail with "database is
-    # locked" whatever the busy timeout; writers take the lock up front.
-    read_only = connection.get_execution_options().get(READ_ONLY)
-    execute_text(connection, "BEGIN" if read_only else "BEGIN IMMEDIATE")
+    read_only = bool(connection.get_execution_options().get(READ_ONLY))
+    tx = Tx.on(connection)
+    try:
+        tx.execute(sqlite_begin(read_only=read_only), ())
+    finally:
+        tx.close()
 
 
 def install_sqlite_hooks(engine: Engine) -> None:

@@ -9,11 +9,12 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from a2sql import calls
 from a2sql.calls import Call, Context, Done, run_in_transaction
-from a2sql.config import READ_ONLY
+from a2sql.config import READ_ONLY, sqlite_begin
+from a2sql.driver import Tx, pooled_transaction
 from a2sql.errors import DRIVER_FAILURES, A2Error, ErrorCode, from_driver_error
 from a2sql.records import (
     JSON,
@@ -53,6 +54,13 @@ class Store:
         self._closed = False
         self._database = database_key(engine)
         self._listener: PostgresListener | None = None
+        # The statement that opens a transaction, by read_only: SQLite's driver
+        # leaves it to a2sql, psycopg opens one before the first statement.
+        self._begin = (
+            {ro: sqlite_begin(read_only=ro) for ro in (False, True)}
+            if engine.dialect.name == "sqlite"
+            else {False: None, True: None}
+        )
         self.presence = Presence(self)
         self.inspect = Inspector(self)
 
@@ -62,23 +70,35 @@ class Store:
         return self._engine
 
     @contextmanager
-    def _connection(self, *, read_only: bool) -> Iterator[Connection]:
-        if self._closed:
-            raise A2Error(ErrorCode.STORE_UNAVAILABLE, "the store is closed")
-        try:
-            with self._serial, self._engine.connect() as connection:
+    def _transaction(self, *, read_only: bool) -> Iterator[Tx]:
+        engine = self._engine
+        if engine.dispatch.before_cursor_execute:
+            # Listeners (statement counters, tracing) are given every statement
+            # on a SQLAlchemy Connection, as they expect.
+            with engine.connect() as connection:
                 if read_only:
                     connection = connection.execution_options(**{READ_ONLY: True})
-                yield connection
-        except DRIVER_FAILURES as error:
-            raise from_driver_error(error) from error
+                with connection.begin():
+                    tx = Tx.on(connection)
+                    try:
+                        yield tx
+                    finally:
+                        tx.close()
+            return
+        with pooled_transaction(engine, begin=self._begin[read_only]) as tx:
+            yield tx
 
     def _run(self, call: Call[T] | Done[T]) -> T:
         """Run one call in one transaction; a write on a session first locks it."""
         if isinstance(call, Done):
             return call.result
-        with self._connection(read_only=call.read_only) as connection, connection.begin():
-            result = run_in_transaction(connection, self._ctx, call)
+        if self._closed:
+            raise A2Error(ErrorCode.STORE_UNAVAILABLE, "the store is closed")
+        try:
+            with self._serial, self._transaction(read_only=call.read_only) as tx:
+                result = run_in_transaction(tx, self._ctx, call)
+        except DRIVER_FAILURES as error:
+            raise from_driver_error(error) from error
         if call.lock_session is not None and call.wakes(result):
             LOCAL.wake(self._database, call.lock_session)
         return result

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import bindparam, select
 
 from a2sql import driver
 from a2sql.codec import stored_event
+from a2sql.driver import Tx
 from a2sql.errors import A2Error, ErrorCode
 from a2sql.ops.events import (
     EVENTS_BETWEEN,
@@ -29,9 +30,9 @@ PARENT_ATTEMPTS = select(E.c.idx, E.c.attempt_count, E.c.failed_at).where(
 )
 
 
-def has_pending(connection: Connection, session_id: str) -> AppendResult:
+def has_pending(tx: Tx, session_id: str) -> AppendResult:
     """An empty append: nothing written, only whether the session has unprocessed events."""
-    return AppendResult(events=[], has_pending=session_status(connection, session_id)[1])
+    return AppendResult(events=[], has_pending=session_status(tx, session_id)[1])
 
 
 def duplicate_ids(ids: Sequence[str]) -> str | None:
@@ -44,7 +45,7 @@ def duplicate_ids(ids: Sequence[str]) -> str | None:
 
 
 def append(
-    connection: Connection,
+    tx: Tx,
     session_id: str,
     batch: Sequence[ValidEvent],
     *,
@@ -59,14 +60,14 @@ def append(
             ErrorCode.PARTIAL_DUPLICATE_BATCH,
             f"the batch holds event id {repeated!r} more than once",
         )
-    last_index, pending_before, taken = session_status_and_ids(connection, session_id, supplied)
+    last_index, pending_before, taken = session_status_and_ids(tx, session_id, supplied)
     if taken:
-        existing = events_by_id(connection, supplied)
-        return _replay_or_reject(connection, session_id, batch, existing)
+        existing = events_by_id(tx, supplied)
+        return _replay_or_reject(tx, session_id, batch, existing)
 
-    _check_fence(connection, session_id, batch)
+    _check_fence(tx, session_id, batch)
     stored = insert_events(
-        connection, session_id, batch, first_index=last_index + 1, now=now, new_id=new_id
+        tx, session_id, batch, first_index=last_index + 1, now=now, new_id=new_id
     )
     return AppendResult(
         events=stored,
@@ -75,7 +76,7 @@ def append(
 
 
 def _replay_or_reject(
-    connection: Connection,
+    tx: Tx,
     session_id: str,
     batch: Sequence[ValidEvent],
     existing: dict[str, StoredEvent],
@@ -93,10 +94,10 @@ def _replay_or_reject(
             f"{len(batch) - len(existing)} new events",
         )
     stored = replay(batch, [existing[event.id] for event in batch if event.id is not None])
-    return AppendResult(events=stored, has_pending=session_status(connection, session_id)[1])
+    return AppendResult(events=stored, has_pending=session_status(tx, session_id)[1])
 
 
-def _check_fence(connection: Connection, session_id: str, batch: Sequence[ValidEvent]) -> None:
+def _check_fence(tx: Tx, session_id: str, batch: Sequence[ValidEvent]) -> None:
     """Events caused by an attempt commit only while that attempt is still current."""
     causes = [event.cause for event in batch if event.cause is not None]
     if not causes:
@@ -104,7 +105,7 @@ def _check_fence(connection: Connection, session_id: str, batch: Sequence[ValidE
     parents = {
         idx: (attempt_count, failed_at)
         for idx, attempt_count, failed_at in driver.rows_for_each_chunk(
-            connection,
+            tx,
             PARENT_ATTEMPTS,
             {"sid": session_id},
             "indexes",
@@ -127,11 +128,11 @@ def _check_fence(connection: Connection, session_id: str, batch: Sequence[ValidE
 
 
 def read(
-    connection: Connection, session_id: str, after_index: int | None, through_index: int | None
+    tx: Tx, session_id: str, after_index: int | None, through_index: int | None
 ) -> list[StoredEvent]:
     """Events with ``after_index < index <= through_index``, by index."""
     rows = driver.rows(
-        connection,
+        tx,
         EVENTS_BETWEEN,
         {
             "sid": session_id,

@@ -6,11 +6,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, false, func, select, true, update
+from sqlalchemy import bindparam, false, func, select, true, update
 from sqlalchemy.exc import DBAPIError
 
 from a2sql import driver
 from a2sql.codec import encode_ids, stored_event
+from a2sql.driver import Tx
 from a2sql.errors import A2Error, ErrorCode, is_event_id_collision
 from a2sql.ops.append import duplicate_ids
 from a2sql.ops.events import (
@@ -85,8 +86,8 @@ MARK_FAILED = (
 )
 
 
-def _event_at(connection: Connection, session_id: str, index: int) -> StoredEvent:
-    row = driver.first(connection, EVENT_AT, {"sid": session_id, "index": index})
+def _event_at(tx: Tx, session_id: str, index: int) -> StoredEvent:
+    row = driver.first(tx, EVENT_AT, {"sid": session_id, "index": index})
     if row is None:
         raise A2Error(
             ErrorCode.EVENT_NOT_FOUND, f"no event at index {index} in session {session_id!r}"
@@ -95,7 +96,7 @@ def _event_at(connection: Connection, session_id: str, index: int) -> StoredEven
 
 
 def complete_attempt(
-    connection: Connection,
+    tx: Tx,
     session_id: str,
     *,
     index: int,
@@ -115,7 +116,7 @@ def complete_attempt(
     caused = [replace(event, cause=cause) for event in batch]
     if duplicate_ids(ids) is None:
         marked = driver.first(
-            connection,
+            tx,
             COMPLETE_IF_CURRENT,
             {
                 "sid": session_id,
@@ -129,12 +130,12 @@ def complete_attempt(
             lane, last_index = marked
             return CompleteResult(
                 "completed",
-                _append_returned(connection, session_id, lane, caused, last_index, now, new_id),
+                _append_returned(tx, session_id, lane, caused, last_index, now, new_id),
             )
 
     # The guarded update took nothing: the event is missing, done or no longer
     # this attempt's, or the batch names an id twice. Read it and say which.
-    parent = _event_at(connection, session_id, index)
+    parent = _event_at(tx, session_id, index)
     repeated = duplicate_ids(ids)
     if repeated is not None:
         raise A2Error(
@@ -144,14 +145,14 @@ def complete_attempt(
     if parent.processed_at is not None:
         if parent.processed_by_attempt != attempt:
             return CompleteResult("superseded")
-        return CompleteResult("completed", _replay(connection, session_id, parent, caused, ids))
+        return CompleteResult("completed", _replay(tx, session_id, parent, caused, ids))
     # Not processed and not taken by the guarded update: the attempt is not
     # current, its claim was released, or the event is dead-lettered.
     return CompleteResult("superseded")
 
 
 def _append_returned(
-    connection: Connection,
+    tx: Tx,
     session_id: str,
     lane: str | None,
     caused: Sequence[ValidEvent],
@@ -161,10 +162,10 @@ def _append_returned(
 ) -> list[StoredEvent]:
     """After the event was marked processed: promote its lane's head, append the children."""
     if lane is not None:
-        driver.run(connection, PROMOTE_LANE_HEAD, {"sid": session_id, "lane_name": lane})
+        driver.run(tx, PROMOTE_LANE_HEAD, {"sid": session_id, "lane_name": lane})
     try:
         return insert_events(
-            connection, session_id, caused, first_index=last_index + 1, now=now, new_id=new_id
+            tx, session_id, caused, first_index=last_index + 1, now=now, new_id=new_id
         )
     except DBAPIError as error:
         if not is_event_id_collision(error):
@@ -178,7 +179,7 @@ def _append_returned(
 
 
 def _replay(
-    connection: Connection,
+    tx: Tx,
     session_id: str,
     parent: StoredEvent,
     caused: Sequence[ValidEvent],
@@ -191,7 +192,7 @@ def _replay(
             f"attempt {parent.processed_by_attempt} completed event {parent.index} "
             "with a different batch of returned events",
         )
-    stored = events_by_id(connection, ids)
+    stored = events_by_id(tx, ids)
     cause = EventCause(parent.index, parent.processed_by_attempt or 0)
     mismatched = [
         event_id
@@ -209,7 +210,7 @@ def _replay(
 
 
 def fail_attempt(
-    connection: Connection,
+    tx: Tx,
     session_id: str,
     *,
     index: int,
@@ -219,7 +220,7 @@ def fail_attempt(
     now: datetime,
 ) -> FailResult:
     """Count a failure of the current attempt and release its claim (SPEC §3)."""
-    event = _event_at(connection, session_id, index)
+    event = _event_at(tx, session_id, index)
     if event.processed_at is not None or event.attempt_count != attempt:
         return FailResult("superseded", event.failure_count)
     if event.failed_at is not None:
@@ -231,7 +232,7 @@ def fail_attempt(
     failures = event.failure_count + 1
     dead = failures >= max_failures
     driver.run(
-        connection,
+        tx,
         MARK_FAILED,
         {
             "sid": session_id,

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, func, or_, select, true, tuple_, update
+from sqlalchemy import bindparam, func, or_, select, true, tuple_, update
 
 from a2sql import driver
 from a2sql.codec import stored_event
+from a2sql.driver import Tx
 from a2sql.ops.events import SESSION
 from a2sql.records import ClaimRef, ClaimResult, RenewResult
 from a2sql.schema import events as E
@@ -65,7 +66,7 @@ RENEW = (
 
 
 def claim_available(
-    connection: Connection,
+    tx: Tx,
     session_id: str,
     *,
     holder: str,
@@ -81,19 +82,19 @@ def claim_available(
     else:
         statement = CLAIM
     claimed = sorted(
-        (stored_event(row) for row in driver.rows(connection, statement, params)),
+        (stored_event(row) for row in driver.rows(tx, statement, params)),
         key=lambda event: event.index,
     )
     if claimed:
         return ClaimResult("claimed", claimed)
-    [(retry_at,)] = driver.rows(connection, NEXT_EXPIRY, {"sid": session_id, "now": now})
+    [(retry_at,)] = driver.rows(tx, NEXT_EXPIRY, {"sid": session_id, "now": now})
     if retry_at is None:
         return ClaimResult("settled")
     return ClaimResult("busy", retry_at=retry_at)
 
 
 def renew_claims(
-    connection: Connection,
+    tx: Tx,
     session_id: str,
     *,
     holder: str,
@@ -105,7 +106,7 @@ def renew_claims(
     current: dict[int, int] = {
         idx: attempt_count
         for idx, attempt_count in driver.rows_for_each_chunk(
-            connection,
+            tx,
             CURRENT_ATTEMPTS,
             {"sid": session_id},
             "indexes",
@@ -123,7 +124,7 @@ def renew_claims(
         extended = {
             (idx, attempt)
             for idx, attempt in driver.rows_for_each_chunk(
-                connection, RENEW, params, "claims", candidates, per_item=2
+                tx, RENEW, params, "claims", candidates, per_item=2
             )
         }
         renewed = [idx for idx, attempt in candidates if (idx, attempt) in extended]
@@ -131,6 +132,6 @@ def renew_claims(
         # The same claim named twice: renew one at a time, as each renewal
         # changes what the next one sees (an expiry in the past ends it).
         for idx, attempt in candidates:
-            if driver.rows(connection, RENEW, {**params, "claims": [(idx, attempt)]}):
+            if driver.rows(tx, RENEW, {**params, "claims": [(idx, attempt)]}):
                 renewed.append(idx)
     return RenewResult(renewed=sorted(renewed), superseded=sorted(superseded))

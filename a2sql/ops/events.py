@@ -7,10 +7,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import BindParameter, Connection, bindparam, exists, func, insert, select
+from sqlalchemy import BindParameter, bindparam, exists, func, insert, select
 
 from a2sql import driver
 from a2sql.codec import canonical_json, encode_cause, stored_event
+from a2sql.driver import Tx
 from a2sql.errors import A2Error, ErrorCode
 from a2sql.records import EventCause, StoredEvent
 from a2sql.schema import events as E
@@ -91,36 +92,34 @@ INSERT_EVENTS = insert(E).values(
 )
 
 
-def events_by_id(connection: Connection, ids: Sequence[str]) -> dict[str, StoredEvent]:
+def events_by_id(tx: Tx, ids: Sequence[str]) -> dict[str, StoredEvent]:
     """The stored events with these ids, in any session."""
     found: dict[str, StoredEvent] = {}
-    for row in driver.rows_for_each_chunk(connection, EVENTS_BY_ID, {}, "ids", ids):
+    for row in driver.rows_for_each_chunk(tx, EVENTS_BY_ID, {}, "ids", ids):
         event = stored_event(row)
         found[event.id] = event
     return found
 
 
-def session_status(connection: Connection, session_id: str) -> tuple[int, bool]:
+def session_status(tx: Tx, session_id: str) -> tuple[int, bool]:
     """The session's last index (0 when empty) and whether any event is unprocessed."""
-    [(last, pending)] = driver.rows(connection, SESSION_STATUS, {"sid": session_id})
+    [(last, pending)] = driver.rows(tx, SESSION_STATUS, {"sid": session_id})
     return int(last), bool(pending)
 
 
-def session_status_and_ids(
-    connection: Connection, session_id: str, ids: Sequence[str]
-) -> tuple[int, bool, bool]:
+def session_status_and_ids(tx: Tx, session_id: str, ids: Sequence[str]) -> tuple[int, bool, bool]:
     """``session_status``, and whether any of ``ids`` is already stored anywhere."""
     if len(ids) > driver.LIST_CHUNK:
-        last, pending = session_status(connection, session_id)
-        return last, pending, bool(events_by_id(connection, ids))
+        last, pending = session_status(tx, session_id)
+        return last, pending, bool(events_by_id(tx, ids))
     [(last, pending, taken)] = driver.rows(
-        connection, SESSION_STATUS_AND_IDS, {"sid": session_id, "ids": list(ids)}
+        tx, SESSION_STATUS_AND_IDS, {"sid": session_id, "ids": list(ids)}
     )
     return int(last), bool(pending), bool(taken)
 
 
 def insert_events(
-    connection: Connection,
+    tx: Tx,
     session_id: str,
     batch: Sequence[ValidEvent],
     *,
@@ -142,7 +141,7 @@ def insert_events(
         busy_lanes = {
             lane
             for (lane,) in driver.rows_for_each_chunk(
-                connection, PENDING_LANES, {"sid": session_id}, "lanes", lanes
+                tx, PENDING_LANES, {"sid": session_id}, "lanes", lanes
             )
         }
     rows = []
@@ -193,7 +192,7 @@ def insert_events(
                 claim_expires_at=None,
             )
         )
-    driver.run_many(connection, INSERT_EVENTS, rows)
+    driver.run_many(tx, INSERT_EVENTS, rows)
     return stored
 
 

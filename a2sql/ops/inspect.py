@@ -9,7 +9,6 @@ from typing import Any
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
-    Connection,
     Select,
     bindparam,
     case,
@@ -21,6 +20,7 @@ from sqlalchemy import (
 from a2sql import driver
 from a2sql.codec import stored_event
 from a2sql.dialects import Dialect
+from a2sql.driver import Tx
 from a2sql.ops.events import SESSION, session_status
 from a2sql.records import EventPage, SessionPage, SessionSummary
 from a2sql.schema import events as E
@@ -81,7 +81,7 @@ def _summaries(dialect: Dialect, strict_lower: bool, bounded: bool) -> Select[An
 
 
 def list_sessions(
-    connection: Connection, dialect: Dialect, *, prefix: str, cursor: str | None, limit: int
+    tx: Tx, dialect: Dialect, *, prefix: str, cursor: str | None, limit: int
 ) -> SessionPage:
     """Sessions whose id starts with ``prefix``, after ``cursor``, by id (SPEC §3)."""
     upper = prefix_successor(prefix) if prefix else None
@@ -89,7 +89,7 @@ def list_sessions(
     params: dict[str, object] = {"lower": cursor if strict else prefix, "limit": limit + 1}
     if upper is not None:
         params["upper"] = upper
-    rows = driver.rows(connection, _summaries(dialect, strict, upper is not None), params)
+    rows = driver.rows(tx, _summaries(dialect, strict, upper is not None), params)
     sessions = [
         SessionSummary(
             session_id=row[0],
@@ -108,7 +108,7 @@ def list_sessions(
 
 
 def read_events(
-    connection: Connection,
+    tx: Tx,
     session_id: str,
     *,
     after_index: int,
@@ -116,10 +116,10 @@ def read_events(
     limit: int,
 ) -> EventPage:
     """A page of events up to the frontier (the last index at the call), and that cap."""
-    frontier, _ = session_status(connection, session_id)
+    frontier, _ = session_status(tx, session_id)
     through = frontier if through_index is None else min(through_index, frontier)
     rows = driver.rows(
-        connection,
+        tx,
         PAGE,
         {"sid": session_id, "after": after_index, "through": through, "limit": limit},
     )

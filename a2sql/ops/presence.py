@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import BindParameter, Connection, bindparam, delete, select
+from sqlalchemy import BindParameter, bindparam, delete, select
 
 from a2sql import driver
 from a2sql.dialects import Dialect
+from a2sql.driver import Tx
 from a2sql.records import PresenceEntry
 from a2sql.schema import presence as P
 from a2sql.types import Timestamp
@@ -33,7 +34,7 @@ LIVE = (
 
 
 def set_fields(
-    connection: Connection,
+    tx: Tx,
     dialect: Dialect,
     ns: str,
     participant: str,
@@ -52,7 +53,7 @@ def set_fields(
     for field, value_json in sorted(fields, key=lambda item: item[0]):
         if value_json is None:
             driver.run(
-                connection,
+                tx,
                 DELETE_FIELD,
                 {"ns": ns, "participant": participant, "field": field, "at": at},
             )
@@ -69,15 +70,15 @@ def set_fields(
                 }
             )
     if upserts:
-        driver.run_many(connection, dialect.upsert_presence, upserts)
+        driver.run_many(tx, dialect.upsert_presence, upserts)
 
 
-def read(connection: Connection, ns: str, now: datetime) -> list[PresenceEntry]:
+def read(tx: Tx, ns: str, now: datetime) -> list[PresenceEntry]:
     """Sweep the namespace's expired fields, then return the live ones."""
-    driver.run(connection, SWEEP, {"ns": ns, "now": now})
+    driver.run(tx, SWEEP, {"ns": ns, "now": now})
     return [
         PresenceEntry(participant, field, value, seen, at, expires_at)
         for participant, field, value, seen, at, expires_at in driver.rows(
-            connection, LIVE, {"ns": ns, "now": now}
+            tx, LIVE, {"ns": ns, "now": now}
         )
     ]

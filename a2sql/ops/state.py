@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import bindparam, select
 
 from a2sql import driver
 from a2sql.dialects import Dialect
+from a2sql.driver import Tx
 from a2sql.errors import invalid
 from a2sql.ops.events import SESSION, session_status
 from a2sql.records import Event, Snapshot, SnapshotInfo, StateRead
@@ -32,12 +33,12 @@ SNAPSHOTS_OF_SESSION = (
 )
 
 
-def read_state(connection: Connection, session_id: str, reducer_name: str) -> StateRead:
+def read_state(tx: Tx, session_id: str, reducer_name: str) -> StateRead:
     """The reducer's snapshot (or None) and every event after it, by index."""
-    row = driver.first(connection, SNAPSHOT_OF, {"sid": session_id, "reducer": reducer_name})
+    row = driver.first(tx, SNAPSHOT_OF, {"sid": session_id, "reducer": reducer_name})
     snapshot = None if row is None else Snapshot(index=row[0], state=row[1])
     rows = driver.rows(
-        connection,
+        tx,
         EVENTS_AFTER,
         {"sid": session_id, "after": 0 if snapshot is None else snapshot.index},
     )
@@ -45,7 +46,7 @@ def read_state(connection: Connection, session_id: str, reducer_name: str) -> St
 
 
 def put_snapshot(
-    connection: Connection,
+    tx: Tx,
     dialect: Dialect,
     session_id: str,
     reducer_name: str,
@@ -54,7 +55,7 @@ def put_snapshot(
     now: datetime,
 ) -> None:
     """Store the snapshot unless a stored one is at the same or a later index."""
-    last_index, _ = session_status(connection, session_id)
+    last_index, _ = session_status(tx, session_id)
     if index > last_index:
         raise invalid(
             "index",
@@ -62,7 +63,7 @@ def put_snapshot(
             f"for session {session_id!r}, got {index}",
         )
     driver.run(
-        connection,
+        tx,
         dialect.upsert_snapshot,
         {
             "session_id": session_id,
@@ -74,10 +75,8 @@ def put_snapshot(
     )
 
 
-def list_snapshots(connection: Connection, session_id: str) -> list[SnapshotInfo]:
+def list_snapshots(tx: Tx, session_id: str) -> list[SnapshotInfo]:
     return [
         SnapshotInfo(reducer_name=name, index=index, updated_at=updated_at)
-        for name, index, updated_at in driver.rows(
-            connection, SNAPSHOTS_OF_SESSION, {"sid": session_id}
-        )
+        for name, index, updated_at in driver.rows(tx, SNAPSHOTS_OF_SESSION, {"sid": session_id})
     ]
