@@ -263,22 +263,31 @@ class Tx:
             # DBAPIError and invalidates the pool on a lost connection.
             connection._handle_dbapi_exception(error, sql, arguments, self._cursor, None)
             raise AssertionError("unreachable: the handler raises")
-        dialect = self.dialect
-        base = dialect.loaded_dbapi.Error
-        if not isinstance(error, base):
-            raise error
         pooled = self._pooled
         assert pooled is not None and self._pool is not None
-        lost = dialect.is_disconnect(error, pooled.dbapi_connection, self._cursor)
+        dialect = self.dialect
+        lost = isinstance(error, dialect.loaded_dbapi.Error) and dialect.is_disconnect(
+            error, pooled.dbapi_connection, self._cursor
+        )
         if lost:
             # As SQLAlchemy does: this connection is dropped, and every pooled
             # connection older than the failure is replaced before reuse.
             self._pool._invalidate(pooled, error)
             if pooled.is_valid:
                 pooled.invalidate(error)
-        raise DBAPIError.instance(
-            sql, arguments, error, base, connection_invalidated=lost, dialect=dialect
-        ) from error
+        _raise_wrapped(error, dialect, sql, arguments, lost=lost)
+
+
+def _raise_wrapped(
+    error: Exception, dialect: Dialect, sql: str | None, arguments: Any, *, lost: bool
+) -> NoReturn:
+    """Raise the driver's error as SQLAlchemy's ``DBAPIError`` of its kind; others as they are."""
+    base = dialect.loaded_dbapi.Error
+    if not isinstance(error, base):
+        raise error
+    raise DBAPIError.instance(
+        sql, arguments, error, base, connection_invalidated=lost, dialect=dialect
+    ) from error
 
 
 @contextmanager
@@ -289,7 +298,11 @@ def pooled_transaction(engine: Engine, *, begin: str | None) -> Iterator[Tx]:
     with its own transaction handling off); psycopg opens it on its own.
     Commits when the block ends, rolls back when it raises.
     """
-    pooled = engine.raw_connection()
+    try:
+        pooled = engine.raw_connection()
+    except Exception as error:
+        # Engine.connect() wraps a failure to connect; raw_connection() does not.
+        _raise_wrapped(error, engine.dialect, None, None, lost=True)
     try:
         tx = Tx(engine.dialect, pooled=pooled, pool=engine.pool)
         try:

@@ -244,10 +244,24 @@ def test_sqlite_connections_use_wal_synchronous_normal_and_busy_timeout(
         raw.close()
 
 
+def traced_by_sqlite(engine: Engine) -> list[str]:
+    """Every statement SQLite runs on connections checked out from now on (its trace
+    callback: no SQLAlchemy listener, so the store keeps its pooled-connection path)."""
+    statements: list[str] = []
+
+    def _trace(dbapi_connection: sqlite3.Connection, *_args: object) -> None:
+        dbapi_connection.set_trace_callback(lambda sql: statements.append(sql.strip()))
+
+    event.listen(engine, "checkout", _trace)
+    return statements
+
+
+@pytest.mark.parametrize("traced_by", [record_statements, traced_by_sqlite])
 def test_sqlite_write_transactions_begin_immediate(
-    file_store: a2sql.Store, clock: FakeClock
+    file_store: a2sql.Store, clock: FakeClock, traced_by: Callable[[Engine], list[str]]
 ) -> None:
-    """Every write operation (presence.read sweeps, so it writes) begins IMMEDIATE."""
+    """Every write operation (presence.read sweeps, so it writes) begins IMMEDIATE, on
+    SQLAlchemy Connections (listeners attached) and on a2sql's pooled path alike."""
     store = file_store
     store.append("s", [NewEvent("t", 1, id="e1")])
     writes: dict[str, Callable[[], object]] = {
@@ -266,7 +280,7 @@ def test_sqlite_write_transactions_begin_immediate(
         ),
         "presence.read": lambda: store.presence.read("ns"),
     }
-    statements = record_statements(store.engine)
+    statements = traced_by(store.engine)
     for name, call in writes.items():
         statements.clear()
         call()
