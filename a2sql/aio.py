@@ -22,6 +22,7 @@ from a2sql.records import (
     ClaimRef,
     ClaimResult,
     CompleteResult,
+    Completion,
     EventPage,
     FailResult,
     NewEvent,
@@ -163,6 +164,19 @@ class AsyncStore:
         return await self._run(
             calls.complete_attempt(self._ctx, session_id, index, attempt, events)
         )
+
+    async def complete_attempts(
+        self, session_id: str, completions: Sequence[Completion]
+    ) -> list[CompleteResult]:
+        """Several ``complete_attempt`` calls on one session in one transaction.
+
+        Each completion is judged as ``complete_attempt`` would judge it, in
+        order, seeing the ones before it; the results come back in the same
+        order. An error for any of them (``EVENT_NOT_FOUND``,
+        ``PARTIAL_DUPLICATE_BATCH``, ``IDEMPOTENCY_CONFLICT``) fails the whole
+        call and writes nothing.
+        """
+        return await self._run(calls.complete_attempts(self._ctx, session_id, completions))
 
     async def fail_attempt(
         self, session_id: str, *, index: int, attempt: int, error: str, max_failures: int

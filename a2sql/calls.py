@@ -35,6 +35,7 @@ from a2sql.records import (
     ClaimRef,
     ClaimResult,
     CompleteResult,
+    Completion,
     EventCause,
     EventPage,
     FailResult,
@@ -237,19 +238,62 @@ def renew_claims(
     return Call(run, lock_session=sid)
 
 
+def _valid_completion(
+    ctx: Context, index: object, attempt: object, events: object, where: str
+) -> tuple[int, int, list[ValidEvent]]:
+    return (
+        validate.integer(index, f"{where}index", minimum=1),
+        validate.integer(attempt, f"{where}attempt", minimum=1),
+        _valid_events(ctx, events, f"{where}events", for_completion=True),
+    )
+
+
 def complete_attempt(
     ctx: Context, session_id: object, index: object, attempt: object, events: object
 ) -> Call[CompleteResult]:
     sid = validate.name(session_id, "session_id")
-    at = validate.integer(index, "index", minimum=1)
-    att = validate.integer(attempt, "attempt", minimum=1)
-    batch = _valid_events(ctx, events, "events", for_completion=True)
+    at, att, batch = _valid_completion(ctx, index, attempt, events, "")
     return Call(
         lambda c: attempt_ops.complete_attempt(
             c, sid, index=at, attempt=att, batch=batch, now=ctx.now(), new_id=ctx.ids
         ),
         lock_session=sid,
         added_events=lambda result: bool(result.events),
+    )
+
+
+def complete_attempts(
+    ctx: Context, session_id: object, completions: object
+) -> Call[list[CompleteResult]] | Done[list[CompleteResult]]:
+    sid = validate.name(session_id, "session_id")
+    valid = []
+    for position, completion in enumerate(validate.sequence(completions, "completions")):
+        where = f"completions[{position}]"
+        if not isinstance(completion, Completion):
+            raise invalid(where, f"must be a Completion, got {type(completion).__name__}")
+        valid.append(
+            _valid_completion(
+                ctx, completion.index, completion.attempt, completion.events, f"{where}."
+            )
+        )
+    if not valid:
+        return Done([])
+
+    def run(tx: Tx) -> list[CompleteResult]:
+        # One clock reading and one lock for the call; each completion then
+        # sees the ones before it, exactly as calls one after another would.
+        now = ctx.now()
+        return [
+            attempt_ops.complete_attempt(
+                tx, sid, index=at, attempt=att, batch=batch, now=now, new_id=ctx.ids
+            )
+            for at, att, batch in valid
+        ]
+
+    return Call(
+        run,
+        lock_session=sid,
+        added_events=lambda results: any(result.events for result in results),
     )
 
 

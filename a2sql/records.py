@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, TypeAlias
@@ -79,6 +80,15 @@ class ClaimRef:
 
     index: int
     attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One attempt to complete in ``complete_attempts``: as ``complete_attempt``'s arguments."""
+
+    index: int
+    attempt: int
+    events: Sequence[NewEvent] = ()
 
 
 @dataclass(frozen=True, slots=True)

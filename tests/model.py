@@ -22,6 +22,7 @@ from a2sql.records import (
     ClaimRef,
     ClaimResult,
     CompleteResult,
+    Completion,
     Event,
     EventCause,
     FailOutcome,
@@ -428,6 +429,29 @@ class Model:
                     head.ready = True
             inserted = [self._insert(session, session_id, new, cause, now) for new in events]
             return CompleteResult(outcome="completed", events=[e.stored() for e in inserted])
+
+    def complete_attempts(
+        self, session_id: str, completions: Sequence[Completion]
+    ) -> list[CompleteResult]:
+        """complete_attempt for each, in order, all or nothing (a2sql's batched completion)."""
+        before = copy.deepcopy(self.state)
+        results = []
+        try:
+            for completion in completions:
+                result = self.complete_attempt(
+                    session_id,
+                    index=completion.index,
+                    attempt=completion.attempt,
+                    events=completion.events,
+                )
+                # Payloads equal by value only would allow two answers for
+                # the whole call; the tests replay identical payloads only.
+                assert not isinstance(result, ReplayOrConflict), "a loose replay in a batch"
+                results.append(result)
+        except ModelError:
+            self.state = before
+            raise
+        return results
 
     def fail_attempt(
         self, session_id: str, *, index: int, attempt: int, error: str, max_failures: int

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from a2sql import A2Error, ClaimRef, ErrorCode, EventCause, NewEvent, Store
+from a2sql import A2Error, ClaimRef, Completion, ErrorCode, EventCause, NewEvent, Store
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 NAIVE = datetime(2026, 1, 1)
@@ -79,6 +79,15 @@ def _complete(
 ) -> object:
     returned = NewEvent(**{"type": "r", "id": "r1", **event})
     return store.complete_attempt(session_id, index=index, attempt=attempt, events=[returned])
+
+
+def _complete_many(
+    store: Store, *, session_id: str = "s", index: Any = 1, attempt: Any = 1, **event: Any
+) -> object:
+    returned = NewEvent(**{"type": "r", "id": "r1", **event})
+    # The first completion is good: a bad second one must still write nothing.
+    completions = [Completion(2, 1), Completion(index, attempt, [returned])]
+    return store.complete_attempts(session_id, completions)
 
 
 def _fail(store: Store, **changes: Any) -> object:
@@ -228,6 +237,56 @@ CASES = [
         lambda s, v: _complete(s, cause=v),
         None,
         [EventCause(1, 1)],
+    ),
+    # complete_attempts
+    Case(
+        "complete_attempts",
+        "session_id",
+        lambda s, v: _complete_many(s, session_id=v),
+        "s",
+        BAD_NAMES,
+    ),
+    Case(
+        "complete_attempts",
+        "completions[1].index",
+        lambda s, v: _complete_many(s, index=v),
+        1,
+        BAD_POSITIVE,
+    ),
+    Case(
+        "complete_attempts",
+        "completions[1].attempt",
+        lambda s, v: _complete_many(s, attempt=v),
+        1,
+        BAD_POSITIVE,
+    ),
+    Case(
+        "complete_attempts",
+        "completions[1].events[0].id",
+        lambda s, v: _complete_many(s, id=v),
+        "r1",
+        BAD_NAMES,
+    ),
+    Case(
+        "complete_attempts",
+        "completions[1].events[0].payload",
+        lambda s, v: _complete_many(s, payload=v),
+        {},
+        BAD_JSON,
+    ),
+    Case(
+        "complete_attempts",
+        "completions[1].events[0].cause",
+        lambda s, v: _complete_many(s, cause=v),
+        None,
+        [EventCause(1, 1)],
+    ),
+    Case(
+        "complete_attempts",
+        "completions",
+        lambda s, v: s.complete_attempts("s", v),
+        [Completion(1, 1)],
+        [None, Completion(1, 1), "c", [ClaimRef(1, 1)], [(1, 1)]],
     ),
     # fail_attempt
     Case("fail_attempt", "session_id", lambda s, v: _fail(s, session_id=v), "s", BAD_NAMES),

@@ -31,7 +31,7 @@ from hypothesis.stateful import (
 from sqlalchemy import text
 
 import a2sql
-from a2sql import A2Error, ClaimRef, EventCause, NewEvent, Store
+from a2sql import A2Error, ClaimRef, Completion, EventCause, NewEvent, Store
 from a2sql.testing import FakeClock
 from tests.model import Model, ModelError, ReplayOrConflict, truncate_ms
 
@@ -369,6 +369,20 @@ class StoreVersusModel(RuleBasedStateMachine):
             self.completions.append((session, index, attempt, events))
             self.remember(session, result, events)
 
+    def op_complete_many(self, session: str, completions: list[Completion]) -> None:
+        def call(target: Any) -> Callable[[], Any]:
+            return lambda: target.complete_attempts(session, completions)
+
+        label = f"complete_attempts({session!r}, {completions!r})"
+        results = self.both(label, call(self.store), call(self.model))
+        if isinstance(results, ModelError):
+            return
+        for completion, result in zip(completions, results, strict=True):
+            if result.outcome == "completed":
+                events = list(completion.events)
+                self.completions.append((session, completion.index, completion.attempt, events))
+                self.remember(session, result, events)
+
     def op_fail(
         self, session: str, index: int, attempt: int, error: str, max_failures: int
     ) -> None:
@@ -592,6 +606,22 @@ class StoreVersusModel(RuleBasedStateMachine):
         elif change == "attempt":
             attempt += 1
         self.op_complete(session, index, attempt, events)
+
+    @rule(data=st.data(), session=st.sampled_from(SESSIONS), size=st.integers(0, 4))
+    def complete_many(self, data: st.DataObject, session: str, size: int) -> None:
+        """complete_attempts: each as complete_attempt would judge it, in order, seeing the
+        ones before it; an error for any writes nothing."""
+        session = self.with_events(session)
+        done = [c for c in self.completions if c[0] == session]
+        completions = []
+        for _ in range(size):
+            if done and data.draw(st.integers(0, 3)) == 0:  # a retried completion
+                _, index, attempt, events = data.draw(st.sampled_from(done))
+            else:
+                index, attempt = data.draw(st.sampled_from(self.candidates(session)))
+                events = [self.child(data) for _ in range(data.draw(st.integers(0, 2)))]
+            completions.append(Completion(index, attempt, events))
+        self.op_complete_many(session, completions)
 
     @rule(
         data=st.data(),
