@@ -125,6 +125,9 @@ class PostgresBaseline:
         self.cur = self.conn.cursor()
         self.statements = 0
 
+    def counting(self, on: bool) -> None:
+        """The baseline always counts: an integer increment per statement."""
+
     def _x(self, sql: str, params: Any = None) -> psycopg.Cursor[Any]:
         self.statements += 1
         return self.cur.execute(sql, params, prepare=True)
@@ -198,49 +201,43 @@ class PostgresBaseline:
     def complete(
         self, session_id: str, index: int, attempt: int, children: Sequence[Child]
     ) -> bool:
-        ids = [child[0] for child in children]
+        with self._transaction():
+            self._x(LOCK_NOTIFY, (session_id, session_id))
+            return self._complete(session_id, now(), index, attempt, children)
+
+    def complete_many(self, session_id: str, claims: Sequence[tuple[int, int]]) -> int:
         with self._transaction():
             self._x(LOCK_NOTIFY, (session_id, session_id))
             at = now()
-            row = self._x(
-                COMPLETE,
-                {
-                    "now": at,
-                    "attempt": attempt,
-                    "ids": encode(ids),
-                    "sid": session_id,
-                    "index": index,
-                },
-            ).fetchone()
-            if row is None:
-                state = self._x(EVENT_STATE, (session_id, index)).fetchone()
-                if state is None:
-                    raise LookupError(f"no event at index {index} in session {session_id!r}")
-                if state[0] is not None and state[1] == attempt:
-                    raise NotImplementedError("the baseline does not replay completions")
-                return False
-            lane, last = row
-            if lane is not None:
-                self._x(PROMOTE_LANE_HEAD, {"sid": session_id, "lane": lane})
-            if children:
-                cause = f'{{"index":{index},"attempt":{attempt}}}'
-                self._insert(
-                    [
-                        (
-                            session_id,
-                            last + n,
-                            t,
-                            encode(p),
-                            i,
-                            at,
-                            cause,
-                            None,
-                            True,
-                            at if s else None,
-                        )
-                        for n, (i, t, p, s) in enumerate(children, 1)
-                    ]
-                )
+            return sum(self._complete(session_id, at, i, a, ()) for i, a in claims)
+
+    def _complete(
+        self, session_id: str, at: datetime, index: int, attempt: int, children: Sequence[Child]
+    ) -> bool:
+        ids = [child[0] for child in children]
+        row = self._x(
+            COMPLETE,
+            {"now": at, "attempt": attempt, "ids": encode(ids), "sid": session_id, "index": index},
+        ).fetchone()
+        if row is None:
+            state = self._x(EVENT_STATE, (session_id, index)).fetchone()
+            if state is None:
+                raise LookupError(f"no event at index {index} in session {session_id!r}")
+            if state[0] is not None and state[1] == attempt:
+                raise NotImplementedError("the baseline does not replay completions")
+            return False
+        lane, last = row
+        if lane is not None:
+            self._x(PROMOTE_LANE_HEAD, {"sid": session_id, "lane": lane})
+        if children:
+            cause = f'{{"index":{index},"attempt":{attempt}}}'
+            rows = []
+            for n, (event_id, event_type, payload, settled) in enumerate(children, 1):
+                processed = at if settled else None
+                index = last + n
+                row = (session_id, index, event_type, encode(payload), event_id, at, cause)
+                rows.append((*row, None, True, processed))
+            self._insert(rows)
         return True
 
     def read_state(self, session_id: str, reducer: str) -> int:

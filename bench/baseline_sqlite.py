@@ -112,6 +112,9 @@ class SqliteBaseline:
         self.conn.execute("pragma synchronous = normal")
         self.statements = 0
 
+    def counting(self, on: bool) -> None:
+        """The baseline always counts: an integer increment per statement."""
+
     def _x(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         self.statements += 1
         return self.conn.execute(sql, params)
@@ -157,31 +160,40 @@ class SqliteBaseline:
     def complete(
         self, session_id: str, index: int, attempt: int, children: Sequence[Child]
     ) -> bool:
-        ids = [child[0] for child in children]
+        with self._transaction():
+            return self._complete(session_id, now_ms(), index, attempt, children)
+
+    def complete_many(self, session_id: str, claims: Sequence[tuple[int, int]]) -> int:
         with self._transaction():
             now = now_ms()
-            row = self._x(COMPLETE, (now, attempt, encode(ids), session_id, index)).fetchone()
-            if row is None:
-                state = self._x(EVENT_STATE, (session_id, index)).fetchone()
-                if state is None:
-                    raise LookupError(f"no event at index {index} in session {session_id!r}")
-                if state[0] is not None and state[1] == attempt:
-                    raise NotImplementedError("the baseline does not replay completions")
-                return False
-            lane, last = row
-            if lane is not None:
-                self._x(PROMOTE_LANE_HEAD, (session_id, lane))
-            if children:
-                cause = f'{{"index":{index},"attempt":{attempt}}}'
-                rows = [
-                    (session_id, last + n, t, encode(p), i, now, cause, None, 1, now if s else None)
-                    for n, (i, t, p, s) in enumerate(children, 1)
-                ]
-                if len(rows) == 1:
-                    self._x(INSERT, rows[0])
-                else:
-                    self.statements += 1
-                    self.conn.executemany(INSERT, rows)
+            return sum(self._complete(session_id, now, i, a, ()) for i, a in claims)
+
+    def _complete(
+        self, session_id: str, now: int, index: int, attempt: int, children: Sequence[Child]
+    ) -> bool:
+        ids = [child[0] for child in children]
+        row = self._x(COMPLETE, (now, attempt, encode(ids), session_id, index)).fetchone()
+        if row is None:
+            state = self._x(EVENT_STATE, (session_id, index)).fetchone()
+            if state is None:
+                raise LookupError(f"no event at index {index} in session {session_id!r}")
+            if state[0] is not None and state[1] == attempt:
+                raise NotImplementedError("the baseline does not replay completions")
+            return False
+        lane, last = row
+        if lane is not None:
+            self._x(PROMOTE_LANE_HEAD, (session_id, lane))
+        if children:
+            cause = f'{{"index":{index},"attempt":{attempt}}}'
+            rows = [
+                (session_id, last + n, t, encode(p), i, now, cause, None, 1, now if s else None)
+                for n, (i, t, p, s) in enumerate(children, 1)
+            ]
+            if len(rows) == 1:
+                self._x(INSERT, rows[0])
+            else:
+                self.statements += 1
+                self.conn.executemany(INSERT, rows)
         return True
 
     def read_state(self, session_id: str, reducer: str) -> int:

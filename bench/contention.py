@@ -22,7 +22,7 @@ from typing import Any
 
 from bench import databases
 from bench.impl import Impl, open_impls
-from bench.measure import Stopwatch, percentile
+from bench.measure import Stopwatch, count_statements, percentile
 from bench.workloads import CHILD_TYPE, Params, check, cycle_op, default, payload
 
 CONFIGS = (("distinct", 1), ("distinct", 4), ("distinct", 8), ("shared", 4))
@@ -71,10 +71,10 @@ def _worker(
     try:
         impls = open_impls(engine, a2sql_url, dsn)
         measured: dict[str, Callable[[int], None]] = {}
+        counted: dict[str, tuple[int, int]] = {}
         for impl in impls:
             warm = cycle_op(impl, f"{impl.name}/warm-{_label(mode, procs)}-{worker}")
-            for i in range(WARMUP):
-                warm(i)
+            counted[impl.name] = count_statements(impl, warm, WARMUP)
             sid = _session(impl.name, mode, procs, worker)
             make = shared_cycle_op if mode == "shared" else cycle_op
             measured[impl.name] = make(impl, sid)
@@ -84,7 +84,6 @@ def _worker(
             for impl in order:
                 op = measured[impl.name]
                 barrier.wait(BARRIER_TIMEOUT_S)
-                before = impl.statements
                 latencies = []
                 clock = time.monotonic_ns
                 began = clock()
@@ -93,7 +92,7 @@ def _worker(
                     op(i)
                     latencies.append(clock() - t0)
                 ended = clock()
-                out.append((r, impl.name, began, ended, latencies, impl.statements - before))
+                out.append((r, impl.name, began, ended, latencies, counted[impl.name]))
         for impl in impls:
             impl.close()
         results.put(("ok", worker, out))
@@ -143,20 +142,23 @@ def _run_config(
     for name in ("a2sql", "baseline"):
         rates = []
         latencies: list[int] = []
-        statements = 0
+        statements = counted_ops = 0
         for r in range(rounds):
             rows = [row for _, data in outs for row in data if row[0] == r and row[1] == name]
             wall = (max(row[3] for row in rows) - min(row[2] for row in rows)) / 1e9
             rates.append(ops * procs / wall)
             for row in rows:
                 latencies.extend(row[4])
-                statements += row[5]
+        for _, data in outs:  # the warm-up's count, the same in every row of a worker
+            row = next(row for row in data if row[1] == name)
+            statements += row[5][0]
+            counted_ops += row[5][1]
         latencies.sort()
         summary[name] = {
             "ops_per_s": round(statistics.median(rates), 1),
             "p50_ms": round(percentile(latencies, 50) / 1e6, 3),
             "p99_ms": round(percentile(latencies, 99) / 1e6, 3),
-            "statements_per_op": round(statements / (ops * procs * rounds), 2),
+            "statements_per_op": round(statements / counted_ops, 2),
             "round_ops_per_s": [round(x, 1) for x in rates],
         }
     summary["ratio"] = round(summary["a2sql"]["ops_per_s"] / summary["baseline"]["ops_per_s"], 3)

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from sqlalchemy import event
 
 import a2sql
-from a2sql import NewEvent
+from a2sql import Completion, NewEvent
 
 JSON = Any
 # A returned (child) event: id, type, payload, settled.
@@ -45,6 +45,11 @@ class Impl(Protocol):
         """complete_attempt; True when completed (not superseded)."""
         ...
 
+    def complete_many(self, session_id: str, claims: Sequence[tuple[int, int]]) -> int:
+        """complete_attempts of (index, attempt) pairs, no children, one transaction;
+        returns how many were completed."""
+        ...
+
     def read_state(self, session_id: str, reducer: str) -> int:
         """read_state; returns how many events came back."""
         ...
@@ -55,6 +60,10 @@ class Impl(Protocol):
 
     def read_events(self, session_id: str, after: int, limit: int) -> int:
         """One page of inspect.read_events; returns how many events came back."""
+        ...
+
+    def counting(self, on: bool) -> None:
+        """Count statements from now on, or stop (counting is kept out of timed rounds)."""
         ...
 
     def close(self) -> None: ...
@@ -68,17 +77,25 @@ class A2sqlImpl:
     def __init__(self, url: str) -> None:
         self.store = a2sql.create_store(url, migrate=False)
         self.statements = 0
-        engine = self.store.engine
-        event.listen(engine, "before_cursor_execute", self._count)
-        event.listen(engine, "commit", self._count)
-        event.listen(engine, "rollback", self._count)
-        if engine.dialect.name == "postgresql":
-            # psycopg sends BEGIN before a transaction's first statement; on
-            # SQLite a2sql's own BEGIN IMMEDIATE is a cursor execute already.
-            event.listen(engine, "begin", self._count)
 
     def _count(self, *_args: Any, **_kw: Any) -> None:
         self.statements += 1
+
+    def counting(self, on: bool) -> None:
+        """Count with SQLAlchemy listeners; with them attached the store runs its
+        transactions on SQLAlchemy Connections (so they see every statement),
+        which is slower: counting is kept out of the timed rounds."""
+        engine = self.store.engine
+        hooks = ["before_cursor_execute", "commit", "rollback"]
+        if engine.dialect.name == "postgresql":
+            # psycopg sends BEGIN before a transaction's first statement; on
+            # SQLite a2sql's own BEGIN IMMEDIATE is a cursor execute already.
+            hooks.append("begin")
+        for hook in hooks:
+            if on:
+                event.listen(engine, hook, self._count)
+            else:
+                event.remove(engine, hook, self._count)
 
     def append(self, session_id: str, payloads: Sequence[JSON]) -> int:
         result = self.store.append(session_id, [NewEvent(EVENT_TYPE, p) for p in payloads])
@@ -98,6 +115,12 @@ class A2sqlImpl:
             events=[NewEvent(t, p, id=i, settled=s) for i, t, p, s in children],
         )
         return result.outcome == "completed"
+
+    def complete_many(self, session_id: str, claims: Sequence[tuple[int, int]]) -> int:
+        results = self.store.complete_attempts(
+            session_id, [Completion(index, attempt) for index, attempt in claims]
+        )
+        return sum(result.outcome == "completed" for result in results)
 
     def read_state(self, session_id: str, reducer: str) -> int:
         return len(self.store.read_state(session_id, reducer).events)

@@ -10,10 +10,14 @@ from typing import Any, Protocol, TypeVar
 
 
 class Counted(Protocol):
-    """Anything that counts the statements it sends to the database."""
+    """Anything that counts the statements it sends to the database, when asked to."""
 
     name: str
     statements: int
+
+    def counting(self, on: bool) -> None:
+        """Count statements from now on, or stop (counting may cost time: not timed)."""
+        ...
 
 
 @dataclass
@@ -24,6 +28,8 @@ class Sample:
     round_rates: list[float] = field(default_factory=list)  # ops/s of each round
     latencies_ns: list[int] = field(default_factory=list)  # one per op, every round
     ops: int = 0
+    # Counted over the warm-up, untimed: listeners that count cost time.
+    counted_ops: int = 0
     statements: int = 0
 
     def summary(self, items_per_op: int = 1) -> dict[str, Any]:
@@ -34,7 +40,9 @@ class Sample:
             "items_per_s": round(rate * items_per_op, 1),
             "p50_ms": round(percentile(lat, 50) / 1e6, 3),
             "p99_ms": round(percentile(lat, 99) / 1e6, 3),
-            "statements_per_op": round(self.statements / self.ops, 2) if self.ops else 0.0,
+            "statements_per_op": (
+                round(self.statements / self.counted_ops, 2) if self.counted_ops else 0.0
+            ),
             "round_ops_per_s": [round(r, 1) for r in self.round_rates],
         }
 
@@ -51,7 +59,6 @@ def run_round(
     impl: Counted, op: Callable[[int], object], ops: int, sample: Sample, start: int = 0
 ) -> None:
     """Run ``op(i)`` for ``i`` in ``start .. start+ops-1``, timing each; add to ``sample``."""
-    before = impl.statements
     clock = time.perf_counter_ns
     latencies = sample.latencies_ns
     began = clock()
@@ -62,7 +69,18 @@ def run_round(
     elapsed = clock() - began
     sample.round_rates.append(ops / (elapsed / 1e9))
     sample.ops += ops
-    sample.statements += impl.statements - before
+
+
+def count_statements(impl: Counted, op: Callable[[int], object], ops: int) -> tuple[int, int]:
+    """Run ``op(0 .. ops-1)`` untimed, counting statements: (statements, ops)."""
+    impl.counting(True)
+    before = impl.statements
+    try:
+        for i in range(ops):
+            op(i)
+    finally:
+        impl.counting(False)
+    return impl.statements - before, ops
 
 
 C = TypeVar("C", bound=Counted)
@@ -81,14 +99,15 @@ def interleaved(
     Round r runs the implementations in order, then reversed on the next
     round, so that neither always runs on a warmer (or more bloated) table.
     ``make_op(impl)`` gives the operation; it receives a running op number.
+    Statements are counted over the warm-up, which is not timed.
     """
     ops_of = {impl.name: make_op(impl) for impl in impls}
     samples = {impl.name: Sample(impl.name) for impl in impls}
     counters = dict.fromkeys(ops_of, 0)
     for impl in impls:
-        op = ops_of[impl.name]
-        for i in range(warmup):
-            op(counters[impl.name] + i)
+        samples[impl.name].statements, samples[impl.name].counted_ops = count_statements(
+            impl, ops_of[impl.name], warmup
+        )
         counters[impl.name] += warmup
     for r in range(rounds):
         order = list(impls) if r % 2 == 0 else list(reversed(impls))

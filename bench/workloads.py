@@ -98,6 +98,22 @@ def batch_op(impl: Impl, session_id: str) -> Callable[[int], None]:
     return op
 
 
+def batch_one_call_op(impl: Impl, session_id: str) -> Callable[[int], None]:
+    """Append 100 events in one call, claim them all, complete them in one call."""
+
+    def op(i: int) -> None:
+        last = impl.append(session_id, [payload(i * BATCH + k) for k in range(BATCH)])
+        claimed = impl.claim(session_id)
+        check(
+            [index for index, _ in claimed] == list(range(last - BATCH + 1, last + 1)),
+            f"{impl.name}: claim after a batch ending at {last} gave {len(claimed)} events",
+        )
+        done = impl.complete_many(session_id, claimed)
+        check(done == BATCH, f"{impl.name}: complete_attempts completed {done} of {BATCH}")
+
+    return op
+
+
 def append_one_op(impl: Impl, session_id: str) -> Callable[[int], None]:
     def op(i: int) -> None:
         impl.append(session_id, [payload(i)])
@@ -186,19 +202,25 @@ def cycle(p: Params) -> dict[str, Any]:
 
 
 def batch(p: Params) -> dict[str, Any]:
-    """append 100 per call, claim them, complete each: ops are batches, items are events."""
+    """append 100 per call, claim them, complete them (each in its own call, then all in
+    one ``complete_attempts``): ops are batches, items are events."""
     ops = default(p.ops, sqlite=40, postgres=4, engine=p.engine)
     rounds = p.rounds or 5
     watch = Stopwatch()
+    cases = []
     with Run(p.engine) as run:
-        a2, base = interleaved(
-            run.impls,
-            lambda impl: batch_op(impl, f"{impl.name}/batch"),
-            ops=ops,
-            rounds=rounds,
-            warmup=1,
-        )
-        cases = [compare("batch", a2, base, items_per_op=BATCH, unit="batch of 100 events")]
+        for case, make_op in (
+            ("batch", batch_op),
+            ("batch, one completion call", batch_one_call_op),
+        ):
+            a2, base = interleaved(
+                run.impls,
+                lambda impl, make_op=make_op, case=case: make_op(impl, f"{impl.name}/{case}"),
+                ops=ops,
+                rounds=rounds,
+                warmup=1,
+            )
+            cases.append(compare(case, a2, base, items_per_op=BATCH, unit="batch of 100 events"))
     return _result("batch", p, ops, rounds, watch, cases)
 
 
