@@ -12,12 +12,12 @@ compiled bind processors, and its rows by the columns' result processors.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, NamedTuple, NoReturn, cast
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import Pool, PoolProxiedConnection
@@ -180,7 +180,7 @@ class Tx:
     A transaction runs either on a SQLAlchemy ``Connection``, which begins
     and ends it and whose ``before_cursor_execute`` listeners see every
     statement, or on a bare pooled driver connection, where a2sql begins and
-    ends it itself (``pooled_transaction``). The second skips SQLAlchemy's
+    ends it itself (``a2sql.pooled``). The second skips SQLAlchemy's
     connection and transaction objects, ~35 µs a transaction.
     """
 
@@ -275,10 +275,10 @@ class Tx:
             self._pool._invalidate(pooled, error)
             if pooled.is_valid:
                 pooled.invalidate(error)
-        _raise_wrapped(error, dialect, sql, arguments, lost=lost)
+        raise_wrapped(error, dialect, sql, arguments, lost=lost)
 
 
-def _raise_wrapped(
+def raise_wrapped(
     error: Exception, dialect: Dialect, sql: str | None, arguments: Any, *, lost: bool
 ) -> NoReturn:
     """Raise the driver's error as SQLAlchemy's ``DBAPIError`` of its kind; others as they are."""
@@ -288,35 +288,6 @@ def _raise_wrapped(
     raise DBAPIError.instance(
         sql, arguments, error, base, connection_invalidated=lost, dialect=dialect
     ) from error
-
-
-@contextmanager
-def pooled_transaction(engine: Engine, *, begin: str | None) -> Iterator[Tx]:
-    """One transaction on a pooled driver connection, run by a2sql itself.
-
-    ``begin``: the statement that opens it, where the driver does not (SQLite
-    with its own transaction handling off); psycopg opens it on its own.
-    Commits when the block ends, rolls back when it raises.
-    """
-    try:
-        pooled = engine.raw_connection()
-    except Exception as error:
-        # Engine.connect() wraps a failure to connect; raw_connection() does not.
-        _raise_wrapped(error, engine.dialect, None, None, lost=True)
-    try:
-        tx = Tx(engine.dialect, pooled=pooled, pool=engine.pool)
-        try:
-            if begin is not None:
-                tx.execute(begin, ())
-            yield tx
-            tx.commit()
-        except BaseException:
-            tx.rollback()
-            raise
-        finally:
-            tx.close()
-    finally:
-        pooled.close()
 
 
 def _execute(tx: Tx, statement: ClauseElement, params: Params, *, fetch: bool) -> list[Row]:

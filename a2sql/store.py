@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine
 
 from a2sql import calls
-from a2sql.calls import Call, Context, Done, run_in_transaction
-from a2sql.config import READ_ONLY, sqlite_begin
-from a2sql.driver import Tx, pooled_transaction
+from a2sql.calls import Call, Context, Done, run_in_transaction, run_on_connection
+from a2sql.config import READ_ONLY
 from a2sql.errors import DRIVER_FAILURES, A2Error, ErrorCode, from_driver_error
+from a2sql.pooled import PooledTransactions
 from a2sql.records import (
     JSON,
     AppendResult,
@@ -55,13 +55,7 @@ class Store:
         self._closed = False
         self._database = database_key(engine)
         self._listener: PostgresListener | None = None
-        # The statement that opens a transaction, by read_only: SQLite's driver
-        # leaves it to a2sql, psycopg opens one before the first statement.
-        self._begin = (
-            {ro: sqlite_begin(read_only=ro) for ro in (False, True)}
-            if engine.dialect.name == "sqlite"
-            else {False: None, True: None}
-        )
+        self._pooled = PooledTransactions(engine)
         self.presence = Presence(self)
         self.inspect = Inspector(self)
 
@@ -70,24 +64,14 @@ class Store:
         """The SQLAlchemy engine the store runs on."""
         return self._engine
 
-    @contextmanager
-    def _transaction(self, *, read_only: bool) -> Iterator[Tx]:
-        engine = self._engine
-        if engine.dispatch.before_cursor_execute:
-            # Listeners (statement counters, tracing) are given every statement
-            # on a SQLAlchemy Connection, as they expect.
-            with engine.connect() as connection:
-                if read_only:
-                    connection = connection.execution_options(**{READ_ONLY: True})
-                with connection.begin():
-                    tx = Tx.on(connection)
-                    try:
-                        yield tx
-                    finally:
-                        tx.close()
-            return
-        with pooled_transaction(engine, begin=self._begin[read_only]) as tx:
-            yield tx
+    def _on_connection(self, call: Call[T]) -> T:
+        # Listeners (statement counters, tracing) are given every statement
+        # on a SQLAlchemy Connection, as they expect.
+        with self._engine.connect() as connection:
+            if call.read_only:
+                connection = connection.execution_options(**{READ_ONLY: True})
+            with connection.begin():
+                return run_on_connection(connection, self._ctx, call)
 
     def _run(self, call: Call[T] | Done[T]) -> T:
         """Run one call in one transaction; a write on a session first locks it."""
@@ -96,8 +80,13 @@ class Store:
         if self._closed:
             raise A2Error(ErrorCode.STORE_UNAVAILABLE, "the store is closed")
         try:
-            with self._serial, self._transaction(read_only=call.read_only) as tx:
-                result = run_in_transaction(tx, self._ctx, call)
+            with self._serial:
+                if self._engine.dispatch.before_cursor_execute:
+                    result = self._on_connection(call)
+                else:
+                    result = self._pooled.run(
+                        lambda tx: run_in_transaction(tx, self._ctx, call), read_only=call.read_only
+                    )
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
         if call.lock_session is not None and call.wakes(result):
@@ -217,6 +206,7 @@ class Store:
         self._closed = True
         if self._listener is not None:
             self._listener.stop()
+        self._pooled.close()
         if self._owns_engine:
             self._engine.dispose()
 

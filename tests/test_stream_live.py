@@ -24,6 +24,7 @@ from sqlalchemy.util import await_only
 
 import a2sql
 from a2sql import AsyncStore, EventStream, NewEvent, Store, StoredEvent
+from a2sql.pooled import KEEP_IDLE
 from tests.async_adapter import BlockingAsyncStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,10 +159,13 @@ def _open(facade: str, url: str) -> Store:
 
 
 def checked_out(store: Store) -> int:
-    """Connections of the store's pool in use right now."""
+    """Connections of the store's pool in use right now: checked out, less those the sync
+    store keeps idle between its transactions (at most ``a2sql.pooled.KEEP_IDLE``)."""
     if isinstance(store, BlockingAsyncStore):
         return int(store.async_store.engine.sync_engine.pool.checkedout())
-    return int(store.engine.pool.checkedout())  # type: ignore[attr-defined]
+    idle = store._pooled.idle
+    assert idle <= KEEP_IDLE
+    return int(store.engine.pool.checkedout()) - idle  # type: ignore[attr-defined]
 
 
 @pytest.fixture

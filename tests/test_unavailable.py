@@ -43,6 +43,12 @@ def assert_unavailable_from_driver(error: A2Error) -> None:
     assert type(driver).__module__.split(".")[0] in ("sqlite3", "psycopg"), repr(driver)
 
 
+@pytest.fixture
+def keeps_no_idle_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores opened from now on give every connection back to the pool after each call."""
+    monkeypatch.setattr(a2sql.pooled, "KEEP_IDLE", 0)
+
+
 def free_port() -> int:
     """A local TCP port nothing listens on."""
     with socket.socket() as probe:
@@ -50,6 +56,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@pytest.mark.usefixtures("keeps_no_idle_connection")
 @pytest.mark.parametrize("operation", list(OPERATIONS))
 def test_removed_sqlite_folder_makes_operations_store_unavailable(
     tmp_path: Path, operation: str
@@ -57,8 +64,9 @@ def test_removed_sqlite_folder_makes_operations_store_unavailable(
     """After the SQLite file's folder is removed, an operation needing a connection fails
     with STORE_UNAVAILABLE.
 
-    An already open connection keeps the unlinked file open (POSIX), so the test
-    holds the store's pooled connection and the operation has to open a new one.
+    An already open connection keeps the unlinked file open (POSIX), so the store
+    keeps no idle connection and the test holds the pool's: the operation has to
+    open a new one.
     """
     folder = tmp_path / "data"
     with a2sql.create_store(f"sqlite:///{folder / 'a2.db'}", clock=FakeClock()) as store:
@@ -71,6 +79,7 @@ def test_removed_sqlite_folder_makes_operations_store_unavailable(
         assert not folder.exists()
 
 
+@pytest.mark.usefixtures("keeps_no_idle_connection")
 def test_removed_sqlite_folder_presence_is_store_unavailable(tmp_path: Path) -> None:
     """Presence calls on a vanished SQLite file fail with STORE_UNAVAILABLE too."""
     folder = tmp_path / "data"
@@ -146,19 +155,26 @@ def test_presence_table_dropped_under_live_store_is_store_unavailable(
 
 
 def test_terminated_postgres_connection_is_store_unavailable(postgres_url: str) -> None:
-    """A PostgreSQL connection killed under the store surfaces as STORE_UNAVAILABLE."""
-    with a2sql.create_store(postgres_url, migrate=True) as store:
+    """The connections of a store killed under it: the next call fails with
+    STORE_UNAVAILABLE and writes nothing; the store reconnects for the one after."""
+    victim = "a2sql-test-victim"
+    url = resolve_url(postgres_url).update_query_dict({"application_name": victim})
+    with a2sql.create_store(url, migrate=True) as store:
         store.append("s", [NewEvent("t", 1, id="e1")])
-        with store.engine.connect() as connection:
-            pid = connection.execute(text("select pg_backend_pid()")).scalar_one()
         admin = create_engine(resolve_url(postgres_url))
         try:
             with admin.begin() as connection:
-                connection.execute(text("select pg_terminate_backend(:pid)"), {"pid": pid})
+                killed = connection.execute(
+                    text(
+                        "select count(pg_terminate_backend(pid)) from pg_stat_activity"
+                        " where application_name = :name"
+                    ),
+                    {"name": victim},
+                ).scalar_one()
         finally:
             admin.dispose()
+        assert killed >= 1
         with pytest.raises(A2Error) as raised:
             store.append("s", [NewEvent("t", 2, id="e2")])
         assert_unavailable_from_driver(raised.value)
-        # The failed call wrote nothing; the store reconnects for the next one.
         assert [event.id for event in store.read("s")] == ["e1"]
