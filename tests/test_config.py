@@ -147,8 +147,9 @@ def test_engine_passed_in_is_used_and_left_open_after_close(tmp_path: Path) -> N
             assert store.engine is engine
             store.append("s", [NewEvent("t", 1, id="e1")])
             pool = engine.pool
-            assert checked_in(pool) >= 1
+            assert pool.checkedout() >= 1  # kept by the store between calls
         assert engine.pool is pool, "the caller's engine was disposed"
+        assert pool.checkedout() == 0
         assert checked_in(pool) >= 1
         with engine.connect() as connection:
             count = connection.execute(text("select count(*) from a2_events")).scalar_one()
@@ -176,9 +177,10 @@ def test_close_releases_an_engine_the_store_created(tmp_path: Path) -> None:
     """close() disposes the engine the store opened itself: no pooled connection stays."""
     store = a2sql.create_store(f"sqlite:///{tmp_path / 'a.db'}")
     store.append("s", [NewEvent("t", 1, id="e1")])
-    assert checked_in(store.engine.pool) >= 1
+    pool = store.engine.pool
+    assert pool.checkedout() + checked_in(pool) >= 1
     store.close()
-    assert checked_in(store.engine.pool) == 0
+    assert (pool.checkedout(), checked_in(pool)) == (0, 0)
 
 
 def test_sqlite_memory_is_one_database_for_the_store_lifetime() -> None:
@@ -246,7 +248,8 @@ def test_sqlite_connections_use_wal_synchronous_normal_and_busy_timeout(
 
 def traced_by_sqlite(engine: Engine) -> list[str]:
     """Every statement SQLite runs on connections checked out from now on (its trace
-    callback: no SQLAlchemy listener, so the store keeps its pooled-connection path)."""
+    callback: no SQLAlchemy listener, so the store keeps its pooled-connection path).
+    The store must check a connection out for each call (``MAX_IDLE_S`` below 0)."""
     statements: list[str] = []
 
     def _trace(dbapi_connection: sqlite3.Connection, *_args: object) -> None:
@@ -258,10 +261,14 @@ def traced_by_sqlite(engine: Engine) -> list[str]:
 
 @pytest.mark.parametrize("traced_by", [record_statements, traced_by_sqlite])
 def test_sqlite_write_transactions_begin_immediate(
-    file_store: a2sql.Store, clock: FakeClock, traced_by: Callable[[Engine], list[str]]
+    file_store: a2sql.Store,
+    clock: FakeClock,
+    traced_by: Callable[[Engine], list[str]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every write operation (presence.read sweeps, so it writes) begins IMMEDIATE, on
     SQLAlchemy Connections (listeners attached) and on a2sql's pooled path alike."""
+    monkeypatch.setattr(a2sql.pooled, "MAX_IDLE_S", -1.0)
     store = file_store
     store.append("s", [NewEvent("t", 1, id="e1")])
     writes: dict[str, Callable[[], object]] = {
