@@ -7,10 +7,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row
-
 from a2sql.errors import A2Error, ErrorCode
 from a2sql.records import JSON, EventCause, StoredEvent
+from a2sql.validate import encode_json
 
 
 def truncate_ms(value: datetime) -> datetime:
@@ -49,7 +48,7 @@ def decode_cause(text: str | None, where: str) -> EventCause | None:
 
 
 def encode_ids(ids: Sequence[str]) -> str:
-    return json.dumps(list(ids), ensure_ascii=False, separators=(",", ":"))
+    return encode_json(list(ids))
 
 
 def decode_ids(text: str | None, where: str) -> list[str] | None:
@@ -69,7 +68,11 @@ def canonical_json(value: JSON) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def stored_event(row: Row[Any] | tuple[Any, ...]) -> StoredEvent:
+def _where(session_id: str, index: int) -> str:
+    return f"event {index} of session {session_id!r}"
+
+
+def stored_event(row: tuple[Any, ...]) -> StoredEvent:
     """A full ``a2_events`` row (every column, in table order) as a ``StoredEvent``."""
     (
         session_id,
@@ -94,28 +97,32 @@ def stored_event(row: Row[Any] | tuple[Any, ...]) -> StoredEvent:
         failed_at,
         claim_holder,
         claim_expires_at,
-    ) = tuple(row)
-    where = f"event {idx} of session {session_id!r}"
+    ) = row
+    # Positional, in field order: this runs for every event read (~1 µs less).
     return StoredEvent(
-        id=event_id,
-        type=event_type,
-        payload=payload,
-        index=idx,
-        session_id=session_id,
-        created_at=created_at,
-        cause=decode_cause(cause, where),
-        lane=lane,
-        processed_at=processed_at,
-        processed_by_attempt=processed_by_attempt,
-        returned_event_ids=decode_ids(returned_event_ids, where),
-        first_claimed_at=first_claimed_at,
-        last_claimed_at=last_claimed_at,
-        attempt_count=attempt_count,
-        failure_count=failure_count,
-        last_failed_at=last_failed_at,
-        last_failed_attempt=last_failed_attempt,
-        last_error=last_error,
-        failed_at=failed_at,
-        claim_holder=claim_holder,
-        claim_expires_at=claim_expires_at,
+        event_id,
+        event_type,
+        payload,
+        idx,
+        session_id,
+        created_at,
+        None if cause is None else decode_cause(cause, _where(session_id, idx)),
+        lane,
+        processed_at,
+        processed_by_attempt,
+        (
+            None
+            if returned_event_ids is None
+            else decode_ids(returned_event_ids, _where(session_id, idx))
+        ),
+        first_claimed_at,
+        last_claimed_at,
+        attempt_count,
+        failure_count,
+        last_failed_at,
+        last_failed_attempt,
+        last_error,
+        failed_at,
+        claim_holder,
+        claim_expires_at,
     )
