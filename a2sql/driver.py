@@ -1,7 +1,7 @@
 """Hot statements: Core constructs compiled once per dialect, run on the driver's cursor.
 
-The operations are written as SQLAlchemy Core statements over a
-``Connection`` inside its transaction. Executing a construct through
+The operations are written as SQLAlchemy Core statements run in one
+transaction (a ``Tx``). Executing a construct through
 ``Connection.execute`` costs ~25 µs of Python per statement here (cache key,
 execution context, result object) against ~5 µs for the statement itself
 on SQLite. This module keeps SQLAlchemy's compiler, type processing, error
