@@ -223,9 +223,9 @@ class Tx:
                 cursor.executemany(sql, arguments)
             else:
                 cursor.execute(sql, arguments)
-            if fetch and cursor.description is not None:
-                return cast("list[Row]", cursor.fetchall())
-            return []
+            # Only statements that return rows are fetched: no need to ask
+            # for the description first (psycopg builds it anew each time).
+            return cast("list[Row]", cursor.fetchall()) if fetch else []
         except Exception as error:
             self._fail(error, sql, arguments)
 

@@ -109,6 +109,8 @@ def session_status(tx: Tx, session_id: str) -> tuple[int, bool]:
 
 def session_status_and_ids(tx: Tx, session_id: str, ids: Sequence[str]) -> tuple[int, bool, bool]:
     """``session_status``, and whether any of ``ids`` is already stored anywhere."""
+    if not ids:  # store-made ids only: nothing to look up
+        return *session_status(tx, session_id), False
     if len(ids) > driver.LIST_CHUNK:
         last, pending = session_status(tx, session_id)
         return last, pending, bool(events_by_id(tx, ids))
