@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from sqlalchemy import bindparam, false, func, select, true, update
+from sqlalchemy import bindparam, false, select, true, update
 from sqlalchemy.exc import DBAPIError
 
 from a2sql import driver
@@ -20,6 +20,7 @@ from a2sql.ops.events import (
     ValidEvent,
     events_by_id,
     insert_events,
+    last_index,
     replay,
 )
 from a2sql.records import CompleteResult, EventCause, FailResult, StoredEvent
@@ -51,7 +52,7 @@ COMPLETE_IF_CURRENT = (
     )
     .returning(
         E.c.lane,
-        select(func.max(LAST.c.idx)).where(LAST.c.session_id == SESSION).scalar_subquery(),
+        last_index(LAST),
     )
 )
 
@@ -59,13 +60,17 @@ PROMOTE_LANE_HEAD = (
     update(E)
     .where(
         E.c.session_id == SESSION,
+        # The lane's oldest unprocessed event: first in a2_events_lane_pending
+        # (see a2sql.ops.events on reading firsts in index order).
         E.c.idx
-        == select(func.min(E.c.idx))
+        == select(E.c.idx)
         .where(
             E.c.session_id == SESSION,
             E.c.lane == bindparam("lane_name"),
             E.c.processed_at.is_(None),
         )
+        .order_by(E.c.session_id, E.c.lane, E.c.idx)
+        .limit(1)
         .scalar_subquery(),
     )
     .values(lane_ready=true())

@@ -42,8 +42,14 @@ _claim = (
 CLAIM = _claim
 CLAIM_EXCLUDING = _claim.where(E.c.idx.not_in(bindparam("exclude", expanding=True)))
 
-NEXT_EXPIRY = select(func.min(E.c.claim_expires_at)).where(
-    *DISPATCHABLE, E.c.claim_expires_at > NOW
+# The earliest unexpired claim: first in a2_events_claim_expiry (see
+# a2sql.ops.events on reading firsts in index order).
+NEXT_EXPIRY = select(
+    select(E.c.claim_expires_at)
+    .where(*DISPATCHABLE, E.c.claim_expires_at > NOW)
+    .order_by(E.c.session_id, E.c.claim_expires_at)
+    .limit(1)
+    .scalar_subquery()
 )
 
 CURRENT_ATTEMPTS = select(E.c.idx, E.c.attempt_count).where(

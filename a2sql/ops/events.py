@@ -6,8 +6,9 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import BindParameter, bindparam, exists, func, insert, select
+from sqlalchemy import BindParameter, ScalarSelect, bindparam, exists, func, insert, select
 
 from a2sql import driver
 from a2sql.codec import canonical_json, encode_cause, stored_event
@@ -43,15 +44,34 @@ EVENTS_BETWEEN = (
 
 EVENTS_BY_ID = select(E).where(E.c.event_id.in_(bindparam("ids", expanding=True)))
 
-_LAST_INDEX = (
-    select(func.coalesce(func.max(E.c.idx), 0)).where(E.c.session_id == SESSION).scalar_subquery()
-)
-# Spelled as min(idx) rather than EXISTS: PostgreSQL's planner turns an
-# EXISTS over a big session into a sequential scan, while min() seeks the
-# partial index a2_events_unprocessed.
+
+# Firsts and lasts are read as the first row in index order (ORDER BY the
+# index's columns, LIMIT 1), never as min()/max() or EXISTS: with statistics
+# older than a session (a session that grew since the last ANALYZE),
+# PostgreSQL's planner turns max(idx) into an aggregate over every event of
+# the session and min(idx) over every pending one, and may turn EXISTS over a
+# big session into a sequential scan. In index order, the only cheap plan
+# reads one entry (tests/test_query_plans.py).
+
+
+def last_index(events: Any = E) -> ScalarSelect[int]:
+    """The session's last index, NULL when it has none: its last primary key entry."""
+    return (
+        select(events.c.idx)
+        .where(events.c.session_id == SESSION)
+        .order_by(events.c.session_id.desc(), events.c.idx.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+_LAST_INDEX = func.coalesce(last_index(), 0)
+# The first entry of a2_events_unprocessed.
 _HAS_PENDING = (
-    select(func.min(E.c.idx))
+    select(E.c.idx)
     .where(E.c.session_id == SESSION, E.c.processed_at.is_(None))
+    .order_by(E.c.session_id, E.c.idx)
+    .limit(1)
     .scalar_subquery()
     .is_not(None)
 )
