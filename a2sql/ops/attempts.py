@@ -16,6 +16,7 @@ from a2sql.errors import A2Error, ErrorCode, is_event_id_collision
 from a2sql.ops.append import duplicate_ids
 from a2sql.ops.events import (
     EVENT_AT,
+    ONE_ROW,
     SESSION,
     ValidEvent,
     events_by_id,
@@ -70,7 +71,7 @@ PROMOTE_LANE_HEAD = (
             E.c.processed_at.is_(None),
         )
         .order_by(E.c.session_id, E.c.lane, E.c.idx)
-        .limit(1)
+        .limit(ONE_ROW)
         .scalar_subquery(),
     )
     .values(lane_ready=true())

@@ -10,7 +10,7 @@ from sqlalchemy import bindparam, func, or_, select, true, tuple_, update
 from a2sql import driver
 from a2sql.codec import stored_event
 from a2sql.driver import Tx
-from a2sql.ops.events import SESSION
+from a2sql.ops.events import ONE_ROW, SESSION
 from a2sql.records import ClaimRef, ClaimResult, RenewResult
 from a2sql.schema import events as E
 from a2sql.types import Timestamp
@@ -48,7 +48,7 @@ NEXT_EXPIRY = select(
     select(E.c.claim_expires_at)
     .where(*DISPATCHABLE, E.c.claim_expires_at > NOW)
     .order_by(E.c.session_id, E.c.claim_expires_at)
-    .limit(1)
+    .limit(ONE_ROW)
     .scalar_subquery()
 )
 
