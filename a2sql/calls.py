@@ -98,11 +98,8 @@ def run_in_transaction(tx: Tx, ctx: Context, call: Call[T]) -> T:
 
 def run_on_connection(connection: Connection, ctx: Context, call: Call[T]) -> T:
     """``run_in_transaction`` inside a transaction that SQLAlchemy runs on ``connection``."""
-    tx = Tx.on(connection)
-    try:
+    with Tx.on(connection) as tx:
         return run_in_transaction(tx, ctx, call)
-    finally:
-        tx.close()
 
 
 def _valid_cause(cause: object, where: str) -> EventCause:

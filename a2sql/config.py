@@ -137,11 +137,8 @@ def sqlite_begin(*, read_only: bool) -> str:
 
 def _on_begin(connection: Any) -> None:
     read_only = bool(connection.get_execution_options().get(READ_ONLY))
-    tx = Tx.on(connection)
-    try:
+    with Tx.on(connection) as tx:
         tx.execute(sqlite_begin(read_only=read_only), ())
-    finally:
-        tx.close()
 
 
 def install_sqlite_hooks(engine: Engine) -> None:

@@ -256,6 +256,12 @@ class Tx:
         with suppress(Exception):
             self._cursor.close()
 
+    def __enter__(self) -> Tx:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
     def _fail(self, error: Exception, sql: str, arguments: Any) -> NoReturn:
         connection = self._connection
         if connection is not None:

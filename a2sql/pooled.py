@@ -65,18 +65,17 @@ class PooledTransactions:
             except Exception as error:  # no cursor: the connection is gone
                 pooled.invalidate(error)
                 raise_wrapped(error, dialect, None, None, lost=True)
-            try:
-                begin = self._begin[read_only]
-                if begin is not None:
-                    tx.execute(begin, ())
-                result = body(tx)
-                tx.commit()
-                return result
-            except BaseException:
-                tx.rollback()
-                raise
-            finally:
-                tx.close()
+            with tx:
+                try:
+                    begin = self._begin[read_only]
+                    if begin is not None:
+                        tx.execute(begin, ())
+                    result = body(tx)
+                    tx.commit()
+                    return result
+                except BaseException:
+                    tx.rollback()
+                    raise
         finally:
             self._give_back(pooled)
 
