@@ -122,8 +122,9 @@ def renew_claims(
     # Each claim is judged on its own, in the request's order (a stale and a
     # current attempt of one event give one superseded and one renewed).
     superseded = [c.index for c in claims if c.index in current and current[c.index] > c.attempt]
-    candidates = [(c.index, c.attempt) for c in claims if c.index in current]
-    candidates = [(i, a) for i, a in candidates if current[i] <= a]
+    candidates = [
+        (c.index, c.attempt) for c in claims if c.index in current and current[c.index] <= c.attempt
+    ]
     params = {"sid": session_id, "holder": holder, "now": now, "expires_at": expires_at}
     renewed: list[int] = []
     if len(set(candidates)) == len(candidates):
