@@ -92,10 +92,10 @@ def _worker(
                     op(i)
                     latencies.append(clock() - t0)
                 ended = clock()
-                out.append((r, impl.name, began, ended, latencies, counted[impl.name]))
+                out.append((r, impl.name, began, ended, latencies))
         for impl in impls:
             impl.close()
-        results.put(("ok", worker, out))
+        results.put(("ok", worker, (out, counted)))
     except BaseException:
         barrier.abort()
         results.put(("error", worker, traceback.format_exc()))
@@ -144,15 +144,14 @@ def _run_config(
         latencies: list[int] = []
         statements = counted_ops = 0
         for r in range(rounds):
-            rows = [row for _, data in outs for row in data if row[0] == r and row[1] == name]
+            rows = [row for _, (out, _) in outs for row in out if row[0] == r and row[1] == name]
             wall = (max(row[3] for row in rows) - min(row[2] for row in rows)) / 1e9
             rates.append(ops * procs / wall)
             for row in rows:
                 latencies.extend(row[4])
-        for _, data in outs:  # the warm-up's count, the same in every row of a worker
-            row = next(row for row in data if row[1] == name)
-            statements += row[5][0]
-            counted_ops += row[5][1]
+        for _, (_, counted) in outs:  # each worker's warm-up count
+            statements += counted[name][0]
+            counted_ops += counted[name][1]
         latencies.sort()
         summary[name] = {
             "ops_per_s": round(statistics.median(rates), 1),

@@ -79,17 +79,22 @@ def cycle_op(impl: Impl, session_id: str) -> Callable[[int], None]:
     return op
 
 
+def _append_and_claim_batch(impl: Impl, session_id: str, i: int) -> list[tuple[int, int]]:
+    """Append 100 events in one call and claim them all: the (index, attempt) claimed."""
+    last = impl.append(session_id, [payload(i * BATCH + k) for k in range(BATCH)])
+    claimed = impl.claim(session_id)
+    check(
+        [index for index, _ in claimed] == list(range(last - BATCH + 1, last + 1)),
+        f"{impl.name}: claim after a batch ending at {last} gave {len(claimed)} events",
+    )
+    return claimed
+
+
 def batch_op(impl: Impl, session_id: str) -> Callable[[int], None]:
     """Append 100 events in one call, claim them all, complete each (no children)."""
 
     def op(i: int) -> None:
-        last = impl.append(session_id, [payload(i * BATCH + k) for k in range(BATCH)])
-        claimed = impl.claim(session_id)
-        check(
-            [index for index, _ in claimed] == list(range(last - BATCH + 1, last + 1)),
-            f"{impl.name}: claim after a batch ending at {last} gave {len(claimed)} events",
-        )
-        for index, attempt in claimed:
+        for index, attempt in _append_and_claim_batch(impl, session_id, i):
             check(
                 impl.complete(session_id, index, attempt, ()),
                 f"{impl.name}: complete_attempt({index}, {attempt}) was superseded",
@@ -102,12 +107,7 @@ def batch_one_call_op(impl: Impl, session_id: str) -> Callable[[int], None]:
     """Append 100 events in one call, claim them all, complete them in one call."""
 
     def op(i: int) -> None:
-        last = impl.append(session_id, [payload(i * BATCH + k) for k in range(BATCH)])
-        claimed = impl.claim(session_id)
-        check(
-            [index for index, _ in claimed] == list(range(last - BATCH + 1, last + 1)),
-            f"{impl.name}: claim after a batch ending at {last} gave {len(claimed)} events",
-        )
+        claimed = _append_and_claim_batch(impl, session_id, i)
         done = impl.complete_many(session_id, claimed)
         check(done == BATCH, f"{impl.name}: complete_attempts completed {done} of {BATCH}")
 
@@ -201,6 +201,13 @@ def cycle(p: Params) -> dict[str, Any]:
     return _result("cycle", p, ops, rounds, watch, cases)
 
 
+def _on_own_session(
+    make_op: Callable[[Impl, str], Callable[[int], None]], case: str
+) -> Callable[[Impl], Callable[[int], None]]:
+    """``make_op`` for each implementation, on a session named after it and the case."""
+    return lambda impl: make_op(impl, f"{impl.name}/{case}")
+
+
 def batch(p: Params) -> dict[str, Any]:
     """append 100 per call, claim them, complete them (each in its own call, then all in
     one ``complete_attempts``): ops are batches, items are events."""
@@ -215,7 +222,7 @@ def batch(p: Params) -> dict[str, Any]:
         ):
             a2, base = interleaved(
                 run.impls,
-                lambda impl, make_op=make_op, case=case: make_op(impl, f"{impl.name}/{case}"),
+                _on_own_session(make_op, case),
                 ops=ops,
                 rounds=rounds,
                 warmup=1,
