@@ -113,19 +113,22 @@ def _valid_cause(cause: object, where: str) -> EventCause:
 
 
 def _valid_events(
-    ctx: Context, events: object, argument: str, *, for_completion: bool = False
+    ctx: Context, events: object, argument: str, *, returned_by: EventCause | None = None
 ) -> list[ValidEvent]:
+    """``events`` checked and encoded; ``returned_by``: the attempt that returned them,
+    which becomes their cause (they must carry an id, and no cause of their own)."""
     valid = []
     for position, event in enumerate(validate.sequence(events, argument)):
         where = f"{argument}[{position}]"
         if not isinstance(event, NewEvent):
             raise invalid(where, f"must be a NewEvent, got {type(event).__name__}")
         cause = event.cause
-        if for_completion:
+        if returned_by is not None:
             if event.id is None:
                 raise invalid(f"{where}.id", "a returned event must carry an id")
             if cause is not None:
                 raise invalid(f"{where}.cause", "must be unset: the store sets it")
+            cause = returned_by
         elif cause is not None:
             _valid_cause(cause, f"{where}.cause")
         if not isinstance(event.settled, bool):
@@ -238,11 +241,9 @@ def renew_claims(
 def _valid_completion(
     ctx: Context, index: object, attempt: object, events: object, where: str
 ) -> tuple[int, int, list[ValidEvent]]:
-    return (
-        validate.integer(index, f"{where}index", minimum=1),
-        validate.integer(attempt, f"{where}attempt", minimum=1),
-        _valid_events(ctx, events, f"{where}events", for_completion=True),
-    )
+    at = validate.integer(index, f"{where}index", minimum=1)
+    att = validate.integer(attempt, f"{where}attempt", minimum=1)
+    return at, att, _valid_events(ctx, events, f"{where}events", returned_by=EventCause(at, att))
 
 
 def complete_attempt(

@@ -55,6 +55,7 @@ class _Prepared:
     __slots__ = (
         "compiled",
         "expanding",
+        "fast_plan",
         "names",
         "plan",
         "processed_columns",
@@ -89,6 +90,16 @@ class _Prepared:
                     self.processors.get(name),
                 )
             )
+        # The same plan for the common call, which names every required bind
+        # by its key: (key, processor) to look up, or (None, the processed
+        # value) for a bind with a value of its own (SQLAlchemy's anonymous
+        # literals: an OFFSET 0, the 1 of ``attempt_count + 1``).
+        self.fast_plan: list[tuple[str | None, Any]] = [
+            (bind.key, bind.process)
+            if bind.default is _REQUIRED
+            else (None, bind.default if bind.process is None else bind.process(bind.default))
+            for bind in self.plan
+        ]
         # (column position, processor) of the columns that need converting.
         self.processed_columns: list[tuple[int, Callable[[Any], Any]]] = [
             (position, process)
@@ -100,6 +111,18 @@ class _Prepared:
         """The SQL text and the driver's parameters for ``params``."""
         if self.expanding:
             return self._expanded_arguments(params)
+        try:
+            values = [
+                known if key is None else params[key] if known is None else known(params[key])
+                for key, known in self.fast_plan
+            ]
+        except KeyError:  # a bind named otherwise, or missing: the full rules
+            values = self._values(params)
+        if self.names is not None:
+            return self.sql, tuple(values)
+        return self.sql, {bind.name: value for bind, value in zip(self.plan, values, strict=True)}
+
+    def _values(self, params: Params) -> list[Any]:
         values = []
         for name, key, default, process in self.plan:
             if key in params:
@@ -111,9 +134,7 @@ class _Prepared:
             else:
                 value = default
             values.append(value if process is None else process(value))
-        if self.names is not None:
-            return self.sql, tuple(values)
-        return self.sql, {bind.name: value for bind, value in zip(self.plan, values, strict=True)}
+        return values
 
     def _expanded_arguments(self, params: Params) -> tuple[str, Any]:
         shape = self._shape(params)

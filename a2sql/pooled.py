@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.pool import PoolProxiedConnection
@@ -33,6 +33,26 @@ KEEP_IDLE = 4
 MAX_IDLE_S = 1.0
 
 
+# Bumped in every forked child: connections kept before a fork are the parent's.
+_forks = 0
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+class _Kept(NamedTuple):
+    """An idle connection with its transaction cursor, and when it went idle."""
+
+    pooled: PoolProxiedConnection
+    tx: Tx
+    since: float
+
+
 class PooledTransactions:
     """Runs transactions on connections of ``engine``'s pool, keeping a few between them."""
 
@@ -45,9 +65,9 @@ class PooledTransactions:
             read_only: sqlite_begin(read_only=read_only) if sqlite else None
             for read_only in (False, True)
         }
-        self._idle: list[tuple[PoolProxiedConnection, float]] = []
-        self._pid = os.getpid()
-        self._abandoned: list[tuple[PoolProxiedConnection, float]] = []
+        self._idle: list[_Kept] = []
+        self._forks = _forks
+        self._abandoned: list[_Kept] = []
         self._closed = False
 
     @property
@@ -57,71 +77,77 @@ class PooledTransactions:
 
     def run(self, body: Callable[[Tx], T], *, read_only: bool) -> T:
         """``body`` in one transaction: committed if it returns, rolled back if it raises."""
-        pooled = self._take()
-        dialect = self._engine.dialect
+        pooled, tx = self._take()
         try:
-            try:
-                tx = Tx(dialect, pooled=pooled, pool=self._engine.pool)
-            except Exception as error:  # no cursor: the connection is gone
-                pooled.invalidate(error)
-                raise_wrapped(error, dialect, None, None, lost=True)
-            with tx:
-                try:
-                    begin = self._begin[read_only]
-                    if begin is not None:
-                        tx.execute(begin, ())
-                    result = body(tx)
-                    tx.commit()
-                    return result
-                except BaseException:
-                    tx.rollback()
-                    raise
+            begin = self._begin[read_only]
+            if begin is not None:
+                tx.execute(begin, ())
+            result = body(tx)
+            tx.commit()
+            return result
+        except BaseException:
+            tx.rollback()
+            raise
         finally:
-            self._give_back(pooled)
+            self._give_back(pooled, tx)
 
     def close(self) -> None:
         """Give every idle connection back to the pool; later ones go straight back too."""
         self._closed = True
         self._drop_idle()
 
-    def _take(self) -> PoolProxiedConnection:
-        if self._pid != os.getpid():
+    def _take(self) -> tuple[PoolProxiedConnection, Tx]:
+        if self._forks != _forks:
             # A forked child: the idle connections are the parent's, in use
             # there. Closing them, or letting SQLAlchemy's garbage collection
             # of unreturned connections close them, would end the parent's
             # sessions; they are set aside, untouched, for the child's life.
             self._abandoned = self._idle
             self._idle = []
-            self._pid = os.getpid()
+            self._forks = _forks
         now = time.monotonic()
         while self._idle:
             try:
-                pooled, since = self._idle.pop()
+                kept = self._idle.pop()
             except IndexError:  # another thread took the last one
                 break
-            if now - since <= MAX_IDLE_S:
-                return pooled
-            pooled.close()
+            if now - kept.since <= MAX_IDLE_S:
+                return kept.pooled, kept.tx
+            _release(kept.pooled, kept.tx)
+        dialect = self._engine.dialect
         try:
-            return self._engine.raw_connection()
+            pooled = self._engine.raw_connection()
         except Exception as error:
             # Engine.connect() wraps a failure to connect; raw_connection() does not.
-            raise_wrapped(error, self._engine.dialect, None, None, lost=True)
-
-    def _give_back(self, pooled: PoolProxiedConnection) -> None:
-        if not pooled.is_valid:
-            # Lost: the idle ones are likely as dead (a server restart, say).
+            raise_wrapped(error, dialect, None, None, lost=True)
+        try:
+            return pooled, Tx(dialect, pooled=pooled, pool=self._engine.pool)
+        except Exception as error:  # no cursor: the connection is gone, likely the idle ones too
+            pooled.invalidate(error)
             pooled.close()
             self._drop_idle()
+            raise_wrapped(error, dialect, None, None, lost=True)
+
+    def _give_back(self, pooled: PoolProxiedConnection, tx: Tx) -> None:
+        if not pooled.is_valid:
+            # Lost: the idle ones are likely as dead (a server restart, say).
+            _release(pooled, tx)
+            self._drop_idle()
         elif self._closed or len(self._idle) >= KEEP_IDLE:
-            pooled.close()
+            _release(pooled, tx)
         else:
-            self._idle.append((pooled, time.monotonic()))
+            self._idle.append(_Kept(pooled, tx, time.monotonic()))
 
     def _drop_idle(self) -> None:
         while self._idle:
             try:
-                pooled, _ = self._idle.pop()
+                kept = self._idle.pop()
             except IndexError:
                 return
-            pooled.close()
+            _release(kept.pooled, kept.tx)
+
+
+def _release(pooled: PoolProxiedConnection, tx: Tx) -> None:
+    """Close the cursor and give the connection back to the pool."""
+    tx.close()
+    pooled.close()

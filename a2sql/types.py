@@ -39,11 +39,6 @@ def to_millis(value: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
-def from_millis(millis: int) -> datetime:
-    """The aware UTC datetime of epoch milliseconds."""
-    return EPOCH + timedelta(milliseconds=millis)
-
-
 class Timestamp(TypeDecorator[datetime]):
     """Integer epoch milliseconds on SQLite, ``timestamptz`` on PostgreSQL."""
 
@@ -55,17 +50,12 @@ class Timestamp(TypeDecorator[datetime]):
             return dialect.type_descriptor(postgresql.TIMESTAMP(timezone=True))
         return dialect.type_descriptor(Integer())
 
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
-        if value is None or dialect.name == "postgresql":
-            return value
-        return to_millis(value)
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
+    def bind_processor(self, dialect: Dialect) -> Any:
+        # Every write binds several timestamps: one closure per engine,
+        # without TypeDecorator's generic chain.
+        if dialect.name == "postgresql":
             return None
-        if isinstance(value, datetime):
-            return value.astimezone(UTC)
-        return from_millis(value)
+        return lambda value: None if value is None else to_millis(value)
 
     def result_processor(self, dialect: Dialect, coltype: object) -> Any:
         # Rows are decoded by the thousand when paging: one closure per
@@ -103,12 +93,6 @@ class JSONText(TypeDecorator[Any]):
         if dialect.name == "postgresql":
             return dialect.type_descriptor(_PostgresJSON())
         return dialect.type_descriptor(Text())
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
-        # psycopg decodes json columns itself; SQLite hands back the text.
-        if isinstance(value, str) and dialect.name != "postgresql":
-            return json.loads(value)
-        return value
 
     def result_processor(self, dialect: Dialect, coltype: object) -> Any:
         if dialect.name == "postgresql":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import bindparam, false, select, true, update
@@ -113,13 +112,12 @@ def complete_attempt(
 ) -> CompleteResult:
     """Mark the event processed by ``attempt`` and append what the handler returned (SPEC §3).
 
+    ``batch`` is the returned events, their cause already set to this attempt.
     The common case (the attempt still holds the event) is one guarded
     UPDATE and the insert; anything else falls to the full checks below,
     which read the event as it is.
     """
     ids = [event.id for event in batch if event.id is not None]
-    cause = EventCause(index, attempt)
-    caused = [replace(event, cause=cause) for event in batch]
     if duplicate_ids(ids) is None:
         marked = driver.first(
             tx,
@@ -136,7 +134,7 @@ def complete_attempt(
             lane, last_index = marked
             return CompleteResult(
                 "completed",
-                _append_returned(tx, session_id, lane, caused, last_index, now, new_id),
+                _append_returned(tx, session_id, lane, batch, last_index, now, new_id),
             )
 
     # The guarded update took nothing: the event is missing, done or no longer
@@ -151,7 +149,7 @@ def complete_attempt(
     if parent.processed_at is not None:
         if parent.processed_by_attempt != attempt:
             return CompleteResult("superseded")
-        return CompleteResult("completed", _replay(tx, session_id, parent, caused, ids))
+        return CompleteResult("completed", _replay(tx, session_id, parent, batch, ids))
     # Not processed and not taken by the guarded update: the attempt is not
     # current, its claim was released, or the event is dead-lettered.
     return CompleteResult("superseded")
