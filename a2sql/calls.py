@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from sqlalchemy import Connection
 
@@ -68,8 +68,9 @@ class Context:
         return truncate_ms(value)
 
 
-@dataclass(frozen=True, slots=True)
-class Call(Generic[T]):
+# Call and ValidEvent are built on every call: named tuples, as a frozen
+# dataclass costs ~0.1 µs a field to build.
+class Call(NamedTuple, Generic[T]):
     """One transaction to run: ``run(tx)`` after locking ``lock_session``."""
 
     run: Callable[[Tx], T]

@@ -176,6 +176,8 @@ def json_value(value: object, argument: str, limits: Limits) -> str:
 
 def sequence(value: object, argument: str) -> Sequence[Any]:
     """A list or tuple argument (not a str, not a mapping)."""
+    if type(value) is list or type(value) is tuple:  # the common case, without ABC checks
+        return value
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
         raise invalid(argument, f"must be a list, got {type(value).__name__}")
     return value

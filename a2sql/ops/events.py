@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     BindParameter,
@@ -30,9 +29,8 @@ from a2sql.schema import events as E
 MAX_INDEX = 2**63 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class ValidEvent:
-    """A ``NewEvent`` that passed validation, with its payload encoded."""
+class ValidEvent(NamedTuple):
+    """A ``NewEvent`` that passed validation, with its payload encoded (a2sql.calls)."""
 
     type: str
     payload_json: str
@@ -170,9 +168,8 @@ def insert_events(
     """
     if not batch:
         return []
-    lanes = sorted({event.lane for event in batch if event.lane is not None})
     busy_lanes: set[str] = set()
-    if lanes:
+    if lanes := sorted({event.lane for event in batch if event.lane is not None}):
         busy_lanes = {
             lane
             for (lane,) in driver.rows_for_each_chunk(
@@ -202,29 +199,30 @@ def insert_events(
                 "processed_at": processed_at,
             }
         )
+        # Positional, in field order: keywords cost ~1 µs more for 21 fields.
         stored.append(
             StoredEvent(
-                id=event_id,
-                type=event.type,
-                payload=json.loads(event.payload_json),
-                index=index,
-                session_id=session_id,
-                created_at=now,
-                cause=event.cause,
-                lane=event.lane,
-                processed_at=processed_at,
-                processed_by_attempt=None,
-                returned_event_ids=None,
-                first_claimed_at=None,
-                last_claimed_at=None,
-                attempt_count=0,
-                failure_count=0,
-                last_failed_at=None,
-                last_failed_attempt=None,
-                last_error=None,
-                failed_at=None,
-                claim_holder=None,
-                claim_expires_at=None,
+                event_id,
+                event.type,
+                json.loads(event.payload_json),
+                index,
+                session_id,
+                now,
+                event.cause,
+                event.lane,
+                processed_at,
+                None,  # processed_by_attempt
+                None,  # returned_event_ids
+                None,  # first_claimed_at
+                None,  # last_claimed_at
+                0,  # attempt_count
+                0,  # failure_count
+                None,  # last_failed_at
+                None,  # last_failed_attempt
+                None,  # last_error
+                None,  # failed_at
+                None,  # claim_holder
+                None,  # claim_expires_at
             )
         )
     driver.run_many(tx, INSERT_EVENTS, rows)
