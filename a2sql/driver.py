@@ -169,8 +169,8 @@ class _Prepared:
 
     def process_rows(self, rows: Sequence[Row]) -> list[Row]:
         processed = self.processed_columns
-        if not processed:
-            return [tuple(row) for row in rows]
+        if not processed:  # the drivers' rows are tuples already
+            return list(rows)
         out = []
         for row in rows:
             values = list(row)
@@ -180,18 +180,21 @@ class _Prepared:
         return out
 
 
-_prepared: dict[tuple[int, type[Dialect], str], _Prepared] = {}
+# Prepared statements per driver: the driver matters, not only the database
+# (aiosqlite and psycopg's async dialect process values differently from
+# their sync twins). Keyed by the statement's id(): statements are
+# module-level constants that live as long as the process.
+_prepared: dict[tuple[type[Dialect], str], dict[int, _Prepared]] = {}
 
 
-def _prepare(statement: ClauseElement, dialect: Dialect) -> _Prepared:
-    # Statements are module-level constants that live as long as the process,
-    # so their id() is a stable key.
-    # The driver matters, not only the database: aiosqlite and psycopg's async
-    # dialect process values differently from their sync twins.
-    key = (id(statement), type(dialect), dialect.paramstyle)
-    prepared = _prepared.get(key)
+def _prepared_for(dialect: Dialect) -> dict[int, _Prepared]:
+    return _prepared.setdefault((type(dialect), dialect.paramstyle), {})
+
+
+def _prepare(tx: Tx, statement: ClauseElement) -> _Prepared:
+    prepared = tx.prepared.get(id(statement))
     if prepared is None:
-        prepared = _prepared[key] = _Prepared(statement, dialect)
+        prepared = tx.prepared[id(statement)] = _Prepared(statement, tx.dialect)
     return prepared
 
 
@@ -205,7 +208,7 @@ class Tx:
     connection and transaction objects, ~35 µs a transaction.
     """
 
-    __slots__ = ("_connection", "_cursor", "_pool", "_pooled", "dialect")
+    __slots__ = ("_connection", "_cursor", "_pool", "_pooled", "dialect", "prepared")
 
     def __init__(
         self,
@@ -216,6 +219,7 @@ class Tx:
         pool: Pool | None = None,
     ) -> None:
         self.dialect = dialect
+        self.prepared = _prepared_for(dialect)
         self._connection = connection
         self._pooled = pooled
         self._pool = pool
@@ -318,7 +322,7 @@ def raise_wrapped(
 
 
 def _execute(tx: Tx, statement: ClauseElement, params: Params, *, fetch: bool) -> list[Row]:
-    prepared = _prepare(statement, tx.dialect)
+    prepared = _prepare(tx, statement)
     sql, arguments = prepared.arguments(params)
     found = tx.execute(sql, arguments, fetch=fetch)
     return prepared.process_rows(found) if found else []
@@ -372,7 +376,7 @@ def run_many(tx: Tx, statement: ClauseElement, many: Sequence[Params]) -> None:
     if len(many) == 1:
         _execute(tx, statement, many[0], fetch=False)
         return
-    prepared = _prepare(statement, tx.dialect)
+    prepared = _prepare(tx, statement)
     assert not prepared.expanding, "executemany takes no expanding parameters"
     arguments = [prepared.arguments(params)[1] for params in many]
     tx.execute(prepared.sql, arguments, many=True)

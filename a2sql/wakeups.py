@@ -52,6 +52,8 @@ class Wakeups:
 
     def wake(self, database: str, session_id: str) -> None:
         """Wake the session's subscribers (``ALL_SESSIONS`` wakes every session's)."""
+        if not self._callbacks:  # no stream in this process: nothing to wake, no lock
+            return
         with self._lock:
             if session_id == ALL_SESSIONS:
                 targets = [
