@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from a2sql.errors import A2Error, ErrorCode
+from a2sql.jsontext import decode_json, encode_json
 from a2sql.records import JSON, EventCause, StoredEvent
-from a2sql.validate import encode_json
 
 
 def truncate_ms(value: datetime) -> datetime:
@@ -34,7 +34,7 @@ def decode_cause(text: str | None, where: str) -> EventCause | None:
     if text is None:
         return None
     try:
-        value = json.loads(text)
+        value = decode_json(text)
     except ValueError:
         value = None
     if (
@@ -55,7 +55,7 @@ def decode_ids(text: str | None, where: str) -> list[str] | None:
     if text is None:
         return None
     try:
-        value = json.loads(text)
+        value = decode_json(text)
     except ValueError:
         value = None
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):

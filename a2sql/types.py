@@ -8,7 +8,6 @@ already-encoded text and read back as Python values.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,6 +17,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 from sqlalchemy.sql.expression import cast
 from sqlalchemy.types import TypeDecorator, TypeEngine, UserDefinedType
+
+from a2sql.jsontext import decode_json
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -97,5 +98,4 @@ class JSONText(TypeDecorator[Any]):
     def result_processor(self, dialect: Dialect, coltype: object) -> Any:
         if dialect.name == "postgresql":
             return None
-        loads = json.loads
-        return lambda value: None if value is None else loads(value)
+        return lambda value: None if value is None else decode_json(value)

@@ -7,7 +7,6 @@ against the size limit is the text that is stored.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from a2sql.errors import invalid
+from a2sql.jsontext import encode_json
 
 MAX_NAME_LENGTH = 255
 MAX_JSON_DEPTH = 256
@@ -150,16 +150,6 @@ def _check_json(value: object, argument: str, depth: int) -> None:
             _check_json(item, argument, depth + 1)
         return
     raise invalid(argument, f"is not JSON: holds a {type(value).__name__}")
-
-
-# One encoder for every call: json.dumps builds a new one whenever it is
-# given options (~1 µs a call).
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def encode_json(value: Any) -> str:
-    """The stored text of a valid JSON value: compact, key order kept, non-ASCII as is."""
-    return _ENCODER.encode(value)
 
 
 def json_value(value: object, argument: str, limits: Limits) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -23,6 +22,7 @@ from a2sql import driver
 from a2sql.codec import canonical_json, encode_cause, stored_event
 from a2sql.driver import Tx
 from a2sql.errors import A2Error, ErrorCode
+from a2sql.jsontext import decode_json
 from a2sql.records import EventCause, StoredEvent
 from a2sql.schema import events as E
 
@@ -204,7 +204,7 @@ def insert_events(
             StoredEvent(
                 event_id,
                 event.type,
-                json.loads(event.payload_json),
+                decode_json(event.payload_json),
                 index,
                 session_id,
                 now,
@@ -242,7 +242,7 @@ def replay(batch: Sequence[ValidEvent], stored: Sequence[StoredEvent]) -> list[S
                 ("type", requested.type == existing.type),
                 (
                     "payload",
-                    canonical_json(json.loads(requested.payload_json))
+                    canonical_json(decode_json(requested.payload_json))
                     == canonical_json(existing.payload),
                 ),
                 ("lane", requested.lane == existing.lane),
