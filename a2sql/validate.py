@@ -8,7 +8,7 @@ against the size limit is the text that is stored.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -117,37 +117,45 @@ def short_sequence(value: object, argument: str, *, limit: int) -> Sequence[Any]
     return items
 
 
+# Values that are JSON whatever they hold (strings are checked for lone
+# surrogates once, on the encoded text).
+_LEAVES = frozenset({str, bool, type(None)})
+
+
 def _check_json(value: object, argument: str, depth: int) -> None:
-    if value is None or isinstance(value, bool | str):
-        if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise invalid(argument, "holds a string with a lone surrogate") from None
+    # Exact types first: a payload is mostly dicts, lists, strings and numbers.
+    if type(value) in _LEAVES:
         return
-    if isinstance(value, int):
+    if type(value) is int:
         if value.bit_length() > MAX_JSON_INT_BITS:
             raise invalid(argument, "holds an integer too large to store")
         return
-    if isinstance(value, float):
+    if type(value) is float:
         if not math.isfinite(value):
             raise invalid(argument, f"holds a non-finite float ({value})")
         return
-    if depth >= MAX_JSON_DEPTH:
-        raise invalid(argument, f"is nested deeper than {MAX_JSON_DEPTH} levels")
-    if type(value) is list:
-        for item in value:
-            _check_json(item, argument, depth + 1)
+    if type(value) is dict or type(value) is list:
+        if depth >= MAX_JSON_DEPTH:
+            raise invalid(argument, f"is nested deeper than {MAX_JSON_DEPTH} levels")
+        items: Iterable[object] = value
+        if type(value) is dict:
+            for key in value:
+                if not isinstance(key, str):
+                    raise invalid(argument, f"has a non-str object key ({type(key).__name__})")
+            items = value.values()
+        for item in items:
+            if type(item) not in _LEAVES:
+                _check_json(item, argument, depth + 1)
         return
-    if type(value) is dict:
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise invalid(argument, f"has a non-str object key ({type(key).__name__})")
-            try:
-                key.encode("utf-8")
-            except UnicodeEncodeError:
-                raise invalid(argument, "has an object key with a lone surrogate") from None
-            _check_json(item, argument, depth + 1)
+    # Subclasses of str, int and float (enums, say) are JSON as their base
+    # type; of list and dict they are not.
+    if isinstance(value, str):
+        return
+    if isinstance(value, int):
+        _check_json(int(value), argument, depth)
+        return
+    if isinstance(value, float):
+        _check_json(float(value), argument, depth)
         return
     raise invalid(argument, f"is not JSON: holds a {type(value).__name__}")
 
@@ -156,6 +164,11 @@ def json_value(value: object, argument: str, limits: Limits) -> str:
     """Check that ``value`` is JSON (SPEC §4) and return its encoded text."""
     _check_json(value, argument, 0)
     encoded = encode_json(value)
+    if not encoded.isascii():
+        try:
+            encoded.encode("utf-8")
+        except UnicodeEncodeError:
+            raise invalid(argument, "holds a string or object key with a lone surrogate") from None
     if len(encoded) > limits.max_json_chars:
         raise invalid(
             argument,
