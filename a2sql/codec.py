@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from a2sql.errors import A2Error, ErrorCode
@@ -125,4 +125,55 @@ def stored_event(row: tuple[Any, ...]) -> StoredEvent:
         failed_at,
         claim_holder,
         claim_expires_at,
+    )
+
+
+def claimed_event(
+    row: tuple[Any, ...], session_id: str, *, now: datetime, holder: str, expires_at: datetime
+) -> StoredEvent:
+    """A ``StoredEvent`` just claimed: the columns the claim returns (ops.claims.CLAIM),
+    and what it set itself. Times are in UTC, as every row read gives them."""
+    (
+        idx,
+        event_type,
+        payload,
+        event_id,
+        created_at,
+        cause,
+        lane,
+        processed_by_attempt,
+        returned_event_ids,
+        first_claimed_at,
+        attempt_count,
+        failure_count,
+        last_failed_at,
+        last_failed_attempt,
+        last_error,
+    ) = row
+    return StoredEvent(
+        event_id,
+        event_type,
+        payload,
+        idx,
+        session_id,
+        created_at,
+        None if cause is None else decode_cause(cause, _where(session_id, idx)),
+        lane,
+        None,  # processed_at: only unprocessed events are claimed
+        processed_by_attempt,
+        (
+            None
+            if returned_event_ids is None
+            else decode_ids(returned_event_ids, _where(session_id, idx))
+        ),
+        first_claimed_at,
+        now.astimezone(UTC),  # last_claimed_at
+        attempt_count,
+        failure_count,
+        last_failed_at,
+        last_failed_attempt,
+        last_error,
+        None,  # failed_at: dead-lettered events are not claimed
+        holder,
+        expires_at.astimezone(UTC),
     )

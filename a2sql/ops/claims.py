@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import bindparam, func, or_, select, true, tuple_, update
 
 from a2sql import driver
-from a2sql.codec import stored_event
+from a2sql.codec import claimed_event
 from a2sql.driver import Tx
 from a2sql.ops.events import ONE_ROW, SESSION
 from a2sql.records import ClaimRef, ClaimResult, RenewResult
@@ -37,7 +37,25 @@ _claim = (
         claim_holder=bindparam("holder"),
         claim_expires_at=EXPIRES_AT,
     )
-    .returning(*E.c)
+    # What the claim did not set itself: the rest of a claimed event is
+    # known (claimed_event), and 7 columns fewer cost less to return and decode.
+    .returning(
+        E.c.idx,
+        E.c.event_type,
+        E.c.payload,
+        E.c.event_id,
+        E.c.created_at,
+        E.c.cause,
+        E.c.lane,
+        E.c.processed_by_attempt,
+        E.c.returned_event_ids,
+        E.c.first_claimed_at,
+        E.c.attempt_count,
+        E.c.failure_count,
+        E.c.last_failed_at,
+        E.c.last_failed_attempt,
+        E.c.last_error,
+    )
 )
 CLAIM = _claim
 CLAIM_EXCLUDING = _claim.where(E.c.idx.not_in(bindparam("exclude", expanding=True)))
@@ -87,10 +105,10 @@ def claim_available(
         params["exclude"] = sorted(set(exclude_indexes))
     else:
         statement = CLAIM
-    claimed = sorted(
-        (stored_event(row) for row in driver.rows(tx, statement, params)),
-        key=lambda event: event.index,
-    )
+    claimed = [
+        claimed_event(row, session_id, now=now, holder=holder, expires_at=expires_at)
+        for row in sorted(driver.rows(tx, statement, params))  # by index, the first column
+    ]
     if claimed:
         return ClaimResult("claimed", claimed)
     [(retry_at,)] = driver.rows(tx, NEXT_EXPIRY, {"sid": session_id, "now": now})

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
-from a2sql import NewEvent, Store
+from a2sql import EventCause, NewEvent, Store, StoredEvent
 from a2sql.testing import FakeClock
 
 START = datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
@@ -151,3 +151,39 @@ def test_claim_never_takes_processed_or_dead_lettered_events(
     clock.advance(seconds=3600)
     assert store.claim_available("s", holder="w", ttl_ms=1000).outcome == "settled"
     assert [e.attempt_count for e in store.read("s")] == [1, 1, 2]
+
+
+def test_claimed_events_are_the_stored_rows_to_the_field_and_time_zone(
+    store: Store, clock: FakeClock
+) -> None:
+    """§3 claim_available: each claimed event is what a read returns right after, field by
+    field, with every time in UTC, whatever zones the clock and expires_at are given in;
+    a reclaim after a failure keeps first_claimed_at and the failure fields."""
+
+    def fields(event: StoredEvent) -> list[tuple[str, str]]:
+        # repr() tells a time in another zone from the same instant in UTC.
+        return [(name, repr(getattr(event, name))) for name in StoredEvent.__dataclass_fields__]
+
+    def assert_as_stored(claimed: list[StoredEvent]) -> None:
+        stored = {e.index: e for e in store.read("s")}
+        for event in claimed:
+            assert fields(event) == fields(stored[event.index])
+
+    clock.set(START.astimezone(timezone(timedelta(hours=9))))
+    expires_at = (START + ms(5000)).astimezone(timezone(timedelta(hours=-3)))
+    store.append("s", [NewEvent("t", {"k": [1, "é"]}, id="a", lane="L")])
+    first = store.claim_available("s", holder="w1", ttl_ms=1, expires_at=expires_at).events
+    assert_as_stored(first)
+    store.append("s", [NewEvent("t", None, id="b", cause=EventCause(1, 1))])
+    second = store.claim_available("s", holder="w1", ttl_ms=1, expires_at=expires_at).events
+    assert [e.id for e in second] == ["b"]
+    assert_as_stored(second)
+    store.fail_attempt("s", index=1, attempt=1, error="boom", max_failures=3)
+
+    clock.advance(ms=10_000)
+    third = store.claim_available("s", holder="w2", ttl_ms=2000).events
+    assert [(e.id, e.attempt_count) for e in third] == [("a", 2), ("b", 2)]
+    assert_as_stored(third)
+    assert (third[0].failure_count, third[0].last_error) == (1, "boom")
+    assert third[0].first_claimed_at == START_MS
+    assert third[0].claim_expires_at == START_MS + ms(12_000)
