@@ -90,6 +90,10 @@ class Done(Generic[T]):
     result: T
 
 
+def _has_events(result: AppendResult | CompleteResult) -> bool:
+    return bool(result.events)
+
+
 def run_in_transaction(tx: Tx, ctx: Context, call: Call[T]) -> T:
     """The body of every transaction, sync or async: lock the session, then run."""
     if call.lock_session is not None:
@@ -171,7 +175,7 @@ def append(ctx: Context, session_id: object, events: object) -> Call[AppendResul
     return Call(
         lambda c: append_ops.append(c, sid, batch, now=ctx.now(), new_id=ctx.ids),
         lock_session=sid,
-        added_events=lambda result: bool(result.events),
+        added_events=_has_events,
     )
 
 
@@ -257,7 +261,7 @@ def complete_attempt(
             c, sid, index=at, attempt=att, batch=batch, now=ctx.now(), new_id=ctx.ids
         ),
         lock_session=sid,
-        added_events=lambda result: bool(result.events),
+        added_events=_has_events,
     )
 
 
