@@ -17,7 +17,7 @@ from typing import Generic, NamedTuple, TypeVar
 from sqlalchemy import Connection
 
 from a2sql import validate
-from a2sql.clock import Clock
+from a2sql.clock import Clock, SystemClock
 from a2sql.codec import truncate_ms
 from a2sql.dialects import Dialect
 from a2sql.driver import Tx
@@ -62,6 +62,8 @@ class Context:
 
     def now(self) -> datetime:
         """The clock, read inside the transaction (after the session's lock), to the ms."""
+        if type(self.clock) is SystemClock:  # aware, UTC and to the ms already
+            return self.clock.now()
         value = self.clock.now()
         if not isinstance(value, datetime) or value.tzinfo is None:
             raise invalid("clock", "now() must return a timezone-aware datetime")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 
@@ -14,11 +14,15 @@ class Clock(Protocol):
     def now(self) -> datetime: ...
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
+
+
 class SystemClock:
-    """The wall clock, in UTC."""
+    """The wall clock, in UTC, to the millisecond (the precision a store keeps)."""
 
     def now(self) -> datetime:
-        return datetime.now(UTC)
+        return _EPOCH + (time.time_ns() // 1_000_000) * _ONE_MS
 
 
 def uuid7_id() -> str:

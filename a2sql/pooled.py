@@ -65,6 +65,9 @@ class PooledTransactions:
             read_only: sqlite_begin(read_only=read_only) if sqlite else None
             for read_only in (False, True)
         }
+        # On SQLite, COMMIT as a statement: the driver's statement cache keeps
+        # it prepared, where sqlite3's commit() prepares it anew each time.
+        self._commit = "COMMIT" if sqlite else None
         self._idle: list[_Kept] = []
         self._forks = _forks
         self._abandoned: list[_Kept] = []
@@ -83,7 +86,10 @@ class PooledTransactions:
             if begin is not None:
                 tx.execute(begin, ())
             result = body(tx)
-            tx.commit()
+            if self._commit is not None:
+                tx.execute(self._commit, ())
+            else:
+                tx.commit()
             return result
         except BaseException:
             tx.rollback()

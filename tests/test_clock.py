@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
-from a2sql.clock import uuid7_id
+from a2sql.clock import SystemClock, uuid7_id
 
 
 def test_ids_are_canonical_version_7_uuids_carrying_the_current_millisecond() -> None:
@@ -25,3 +26,12 @@ def test_ids_of_later_milliseconds_sort_after_earlier_ones() -> None:
     first = uuid7_id()
     time.sleep(0.002)
     assert uuid7_id() > first
+
+
+def test_the_system_clock_gives_utc_to_the_millisecond() -> None:
+    before = datetime.now(UTC) - timedelta(milliseconds=1)
+    now = SystemClock().now()
+    after = datetime.now(UTC)
+    assert now.tzinfo is UTC
+    assert now.microsecond % 1000 == 0
+    assert before <= now <= after
