@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from sqlalchemy import bindparam, false, select, true, update
+from sqlalchemy import bindparam, false, null, select, true, update
 from sqlalchemy.exc import DBAPIError
 
 from a2sql import driver
@@ -47,8 +47,8 @@ COMPLETE_IF_CURRENT = (
         processed_by_attempt=bindparam("attempt"),
         returned_event_ids=bindparam("returned"),
         lane_ready=false(),
-        claim_holder=None,
-        claim_expires_at=None,
+        claim_holder=null(),
+        claim_expires_at=null(),
     )
     .returning(
         E.c.lane,
@@ -85,8 +85,8 @@ MARK_FAILED = (
         last_failed_at=NOW,
         last_failed_attempt=bindparam("attempt"),
         failed_at=bindparam("dead_at", type_=Timestamp()),
-        claim_holder=None,
-        claim_expires_at=None,
+        claim_holder=null(),
+        claim_expires_at=null(),
     )
 )
 
