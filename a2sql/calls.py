@@ -141,13 +141,13 @@ def _valid_events(
         if not isinstance(event.settled, bool):
             raise invalid(f"{where}.settled", "must be a bool")
         valid.append(
-            ValidEvent(
-                type=validate.name(event.type, f"{where}.type"),
-                payload_json=validate.json_value(event.payload, f"{where}.payload", ctx.limits),
-                id=validate.optional_name(event.id, f"{where}.id"),
-                cause=cause,
-                lane=validate.optional_name(event.lane, f"{where}.lane"),
-                settled=event.settled,
+            ValidEvent(  # positional: a named tuple takes keywords more slowly
+                validate.name(event.type, f"{where}.type"),
+                validate.json_value(event.payload, f"{where}.payload", ctx.limits),
+                validate.optional_name(event.id, f"{where}.id"),
+                cause,
+                validate.optional_name(event.lane, f"{where}.lane"),
+                event.settled,
             )
         )
     return valid
