@@ -34,8 +34,10 @@ BigInt = BigInteger().with_variant(Integer(), "sqlite")
 Flag = Boolean().with_variant(Integer(), "sqlite")
 
 
-def to_millis(value: datetime) -> int:
-    """Epoch milliseconds of an aware datetime, truncated."""
+def to_millis(value: datetime | None) -> int | None:
+    """Epoch milliseconds of an aware datetime, truncated; None stays None."""
+    if value is None:
+        return None
     delta = value - EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
@@ -56,7 +58,7 @@ class Timestamp(TypeDecorator[datetime]):
         # without TypeDecorator's generic chain.
         if dialect.name == "postgresql":
             return None
-        return lambda value: None if value is None else to_millis(value)
+        return to_millis
 
     def result_processor(self, dialect: Dialect, coltype: object) -> Any:
         # Rows are decoded by the thousand when paging: one closure per

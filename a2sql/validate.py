@@ -38,6 +38,8 @@ class Limits:
 def _check_text(value: str, argument: str) -> None:
     if "\x00" in value:
         raise invalid(argument, "must not contain a NUL character")
+    if value.isascii():  # no surrogate: skip encoding it to find out
+        return
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
