@@ -150,30 +150,30 @@ def claimed_event(
         last_failed_attempt,
         last_error,
     ) = row
-    return StoredEvent(
-        event_id,
-        event_type,
-        payload,
-        idx,
-        session_id,
-        created_at,
-        None if cause is None else decode_cause(cause, _where(session_id, idx)),
-        lane,
-        None,  # processed_at: only unprocessed events are claimed
-        processed_by_attempt,
+    # The full row, in table order: only unprocessed, live events are claimed.
+    return stored_event(
         (
-            None
-            if returned_event_ids is None
-            else decode_ids(returned_event_ids, _where(session_id, idx))
-        ),
-        first_claimed_at,
-        now.astimezone(UTC),  # last_claimed_at
-        attempt_count,
-        failure_count,
-        last_failed_at,
-        last_failed_attempt,
-        last_error,
-        None,  # failed_at: dead-lettered events are not claimed
-        holder,
-        expires_at.astimezone(UTC),
+            session_id,
+            idx,
+            event_type,
+            payload,
+            event_id,
+            created_at,
+            cause,
+            lane,
+            True,  # lane_ready
+            None,  # processed_at
+            processed_by_attempt,
+            returned_event_ids,
+            first_claimed_at,
+            now.astimezone(UTC),  # last_claimed_at
+            attempt_count,
+            failure_count,
+            last_failed_at,
+            last_failed_attempt,
+            last_error,
+            None,  # failed_at
+            holder,
+            expires_at.astimezone(UTC),
+        )
     )
