@@ -199,12 +199,13 @@ def _prepare(tx: Tx, statement: ClauseElement) -> _Prepared:
 
 
 class Tx:
-    """The statements of one transaction: one driver connection, one cursor.
+    """Statements on one driver connection through one cursor, a transaction at a time.
 
     A transaction runs either on a SQLAlchemy ``Connection``, which begins
     and ends it and whose ``before_cursor_execute`` listeners see every
     statement, or on a bare pooled driver connection, where a2sql begins and
-    ends it itself (``a2sql.pooled``). The second skips SQLAlchemy's
+    ends it itself (``a2sql.pooled``, which keeps a ``Tx`` with each idle
+    connection for its next transactions). The second skips SQLAlchemy's
     connection and transaction objects, ~35 µs a transaction.
     """
 
