@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sqlalchemy import bindparam, func, literal_column, select
+from sqlalchemy import BindParameter, bindparam, func, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Insert
@@ -44,6 +44,10 @@ class Dialect:
 
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
         raise NotImplementedError
+
+    def unestimated(self, value: BindParameter[Any]) -> ColumnElement[Any]:
+        """``value``, hidden from the planner's estimates where it has any."""
+        return value
 
     def _build_upserts(self, insert: Any) -> None:
         snapshot = insert(snapshots)
@@ -116,6 +120,17 @@ class PostgresDialect(Dialect):
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
         # greatest() skips NULLs.
         return func.greatest(*columns, type_=Timestamp())
+
+    def unestimated(self, value: BindParameter[Any]) -> ColumnElement[Any]:
+        # A scalar subquery is a value the planner only learns when the
+        # statement runs. A page of sessions under a prefix is a key range
+        # (prefix, successor): estimated from the histogram, a prefix holding
+        # a sliver of a bucket's key space comes out a few rows wide however
+        # many it holds, and the planner then reads the whole range with a
+        # bitmap scan and sorts it instead of walking the key in order and
+        # stopping at the page. With one bound unknown it takes the default
+        # range estimate (0.5% of the table), and walks.
+        return select(value).scalar_subquery()
 
 
 @cache

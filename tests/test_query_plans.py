@@ -364,6 +364,36 @@ def test_list_sessions_first_page_reads_in_key_order_without_sorting(plans: Expl
             assert not plan.sorts, _why(plan)
 
 
+def test_a_page_of_sessions_under_a_narrow_prefix_reads_the_page(postgres_url: str) -> None:
+    """PostgreSQL, 300 sessions of 5 events under a prefix holding a sliver of the key
+    space of 21,500 events, statistics fresh but coarse (10 histogram buckets): from the
+    histogram the prefix's range looks a few rows wide. A page of 50 of its sessions still
+    reads the page's 51 sessions' events (the 51st tells whether there is more) in key
+    order, not every event under the prefix through a bitmap scan and a sort."""
+    with a2sql.create_store(postgres_url, migrate=True) as store:
+        with store.engine.connect() as connection:
+            for prefix, width, sessions, per in (("s/", 5, 200, 100), ("l/", 4, 300, 5)):
+                params = {"prefix": prefix, "width": width, "sessions": sessions, "per": per}
+                connection.exec_driver_sql(_PG_LOAD, params)
+            connection.exec_driver_sql(
+                "alter table a2_events alter column session_id set statistics 10"
+            )
+            connection.commit()
+            connection.exec_driver_sql("analyze a2_events")
+            connection.commit()
+        with Explainer(store).capture() as captured:
+            page = store.inspect.list_sessions(prefix="l/", limit=50)
+        assert [s.session_id for s in page.sessions] == [f"l/{n:04d}" for n in range(50)]
+        [(sql, params)] = [(sql, p) for sql, p in captured if "a2_events" in sql]
+        with store.engine.connect() as connection:
+            raw: Any = connection.exec_driver_sql(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params
+            ).scalar()
+    tree = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    # 51 sessions of 5 events, and the first row after them that ends the 51st group.
+    assert sum(rows for _, rows in _rows_read(tree)) <= 51 * 5 + 1, json.dumps(tree, indent=1)
+
+
 def plans_seeking(plan: Plan, indexes: set[str]) -> list[Access]:
     return [a for a in plan.accesses if a.index in indexes and a.seek]
 

@@ -76,7 +76,7 @@ def _summaries(dialect: Dialect, strict_lower: bool, bounded: bool) -> Select[An
         ),
     ).where(key > lower if strict_lower else key >= lower)
     if bounded:
-        statement = statement.where(key < bindparam("upper"))
+        statement = statement.where(key < dialect.unestimated(bindparam("upper")))
     return statement.group_by(key).order_by(key).limit(bindparam("limit"))
 
 
