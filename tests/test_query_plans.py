@@ -394,6 +394,33 @@ def test_a_page_of_sessions_under_a_narrow_prefix_reads_the_page(postgres_url: s
     assert sum(rows for _, rows in _rows_read(tree)) <= 51 * 5 + 1, json.dumps(tree, indent=1)
 
 
+def test_a_page_after_a_cursor_past_the_statistics_reads_the_page(postgres_url: str) -> None:
+    """PostgreSQL, 20,000 events ANALYZEd, then 300 sessions of 5 events whose ids sort
+    after every id the statistics saw (ids that grow with time do): the page after the
+    last analyzed session reads its 51 sessions' events in key order, not every event
+    after the cursor through a bitmap scan and a sort."""
+    with a2sql.create_store(postgres_url, migrate=True) as store:
+        with store.engine.connect() as connection:
+            params = {"prefix": "s/", "width": 5, "sessions": 200, "per": 100}
+            connection.exec_driver_sql(_PG_LOAD, params)
+            connection.commit()
+            connection.exec_driver_sql("analyze a2_events")
+            params = {"prefix": "t/", "width": 4, "sessions": 300, "per": 5}
+            connection.exec_driver_sql(_PG_LOAD, params)
+            connection.commit()
+        with Explainer(store).capture() as captured:
+            page = store.inspect.list_sessions(cursor="s/00199", limit=50)
+        assert [s.session_id for s in page.sessions] == [f"t/{n:04d}" for n in range(50)]
+        [(sql, params)] = [(sql, p) for sql, p in captured if "a2_events" in sql]
+        with store.engine.connect() as connection:
+            raw: Any = connection.exec_driver_sql(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params
+            ).scalar()
+    tree = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    # 51 sessions of 5 events, and the first row after them that ends the 51st group.
+    assert sum(rows for _, rows in _rows_read(tree)) <= 51 * 5 + 1, json.dumps(tree, indent=1)
+
+
 def plans_seeking(plan: Plan, indexes: set[str]) -> list[Access]:
     return [a for a in plan.accesses if a.index in indexes and a.seek]
 
