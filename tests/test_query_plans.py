@@ -381,17 +381,9 @@ def test_a_page_of_sessions_under_a_narrow_prefix_reads_the_page(postgres_url: s
             connection.commit()
             connection.exec_driver_sql("analyze a2_events")
             connection.commit()
-        with Explainer(store).capture() as captured:
-            page = store.inspect.list_sessions(prefix="l/", limit=50)
-        assert [s.session_id for s in page.sessions] == [f"l/{n:04d}" for n in range(50)]
-        [(sql, params)] = [(sql, p) for sql, p in captured if "a2_events" in sql]
-        with store.engine.connect() as connection:
-            raw: Any = connection.exec_driver_sql(
-                "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params
-            ).scalar()
-    tree = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
-    # 51 sessions of 5 events, and the first row after them that ends the 51st group.
-    assert sum(rows for _, rows in _rows_read(tree)) <= 51 * 5 + 1, json.dumps(tree, indent=1)
+        _assert_a_page_of_5_event_sessions_reads_the_page(
+            store, [f"l/{n:04d}" for n in range(50)], prefix="l/"
+        )
 
 
 def test_a_page_after_a_cursor_past_the_statistics_reads_the_page(postgres_url: str) -> None:
@@ -408,16 +400,25 @@ def test_a_page_after_a_cursor_past_the_statistics_reads_the_page(postgres_url: 
             params = {"prefix": "t/", "width": 4, "sessions": 300, "per": 5}
             connection.exec_driver_sql(_PG_LOAD, params)
             connection.commit()
-        with Explainer(store).capture() as captured:
-            page = store.inspect.list_sessions(cursor="s/00199", limit=50)
-        assert [s.session_id for s in page.sessions] == [f"t/{n:04d}" for n in range(50)]
-        [(sql, params)] = [(sql, p) for sql, p in captured if "a2_events" in sql]
-        with store.engine.connect() as connection:
-            raw: Any = connection.exec_driver_sql(
-                "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params
-            ).scalar()
+        _assert_a_page_of_5_event_sessions_reads_the_page(
+            store, [f"t/{n:04d}" for n in range(50)], cursor="s/00199"
+        )
+
+
+def _assert_a_page_of_5_event_sessions_reads_the_page(
+    store: a2sql.Store, expected: list[str], **page_args: Any
+) -> None:
+    """list_sessions(limit=50, **page_args) gives ``expected``, and running its statement
+    reads 51 sessions of 5 events and the first row after them, which ends the 51st group."""
+    with Explainer(store).capture() as captured:
+        page = store.inspect.list_sessions(limit=50, **page_args)
+    assert [s.session_id for s in page.sessions] == expected
+    [(sql, params)] = [(sql, p) for sql, p in captured if "a2_events" in sql]
+    with store.engine.connect() as connection:
+        raw: Any = connection.exec_driver_sql(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params
+        ).scalar()
     tree = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
-    # 51 sessions of 5 events, and the first row after them that ends the 51st group.
     assert sum(rows for _, rows in _rows_read(tree)) <= 51 * 5 + 1, json.dumps(tree, indent=1)
 
 
