@@ -23,6 +23,8 @@ from a2sql.config import sqlite_begin
 from a2sql.driver import Tx, raise_wrapped
 
 T = TypeVar("T")
+C = TypeVar("C")
+A = TypeVar("A")
 
 # Idle connections a store keeps; more concurrent calls check out more and
 # give the extra back to the pool.
@@ -78,14 +80,16 @@ class PooledTransactions:
         """Connections kept checked out for the next transactions, unused right now."""
         return len(self._idle)
 
-    def run(self, body: Callable[[Tx], T], *, read_only: bool) -> T:
-        """``body`` in one transaction: committed if it returns, rolled back if it raises."""
+    def run(self, body: Callable[[Tx, C, A], T], context: C, call: A, *, read_only: bool) -> T:
+        """``body(tx, context, call)`` in one transaction: committed if it returns, rolled
+        back if it raises. (Its arguments are passed on rather than bound in a closure:
+        this runs for every call.)"""
         pooled, tx = self._take()
         try:
             begin = self._begin[read_only]
             if begin is not None:
                 tx.execute(begin, ())
-            result = body(tx)
+            result = body(tx, context, call)
             if self._commit is not None:
                 tx.execute(self._commit, ())
             else:

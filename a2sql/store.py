@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import Engine
 
@@ -49,9 +48,7 @@ class Store:
         self._ctx = context
         self._owns_engine = owns_engine
         # A memory database is a single connection: one transaction at a time.
-        self._serial: AbstractContextManager[Any] = (
-            threading.RLock() if serialize else nullcontext()
-        )
+        self._serial = threading.RLock() if serialize else None
         self._closed = False
         self._database = database_key(engine)
         self._listener: PostgresListener | None = None
@@ -73,6 +70,11 @@ class Store:
             with connection.begin():
                 return run_on_connection(connection, self._ctx, call)
 
+    def _transaction(self, call: Call[T]) -> T:
+        if self._engine.dispatch.before_cursor_execute:
+            return self._on_connection(call)
+        return self._pooled.run(run_in_transaction, self._ctx, call, read_only=call.read_only)
+
     def _run(self, call: Call[T] | Done[T]) -> T:
         """Run one call in one transaction; a write on a session first locks it."""
         if isinstance(call, Done):
@@ -80,13 +82,11 @@ class Store:
         if self._closed:
             raise A2Error(ErrorCode.STORE_UNAVAILABLE, "the store is closed")
         try:
-            with self._serial:
-                if self._engine.dispatch.before_cursor_execute:
-                    result = self._on_connection(call)
-                else:
-                    result = self._pooled.run(
-                        lambda tx: run_in_transaction(tx, self._ctx, call), read_only=call.read_only
-                    )
+            if self._serial is None:
+                result = self._transaction(call)
+            else:
+                with self._serial:
+                    result = self._transaction(call)
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
         if call.lock_session is not None and call.wakes(result):
