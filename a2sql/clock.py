@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Protocol
+
+from a2sql.types import from_millis
 
 
 class Clock(Protocol):
@@ -14,15 +16,11 @@ class Clock(Protocol):
     def now(self) -> datetime: ...
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_ONE_MS = timedelta(milliseconds=1)
-
-
 class SystemClock:
     """The wall clock, in UTC, to the millisecond (the precision a store keeps)."""
 
     def now(self) -> datetime:
-        return _EPOCH + (time.time_ns() // 1_000_000) * _ONE_MS
+        return from_millis(time.time_ns() // 1_000_000)
 
 
 def uuid7_id() -> str:

@@ -9,7 +9,7 @@ already-encoded text and read back as Python values.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, overload
 
 from sqlalchemy import BigInteger, Boolean, Integer, Text
 from sqlalchemy.dialects import postgresql
@@ -34,12 +34,24 @@ BigInt = BigInteger().with_variant(Integer(), "sqlite")
 Flag = Boolean().with_variant(Integer(), "sqlite")
 
 
+ONE_MS = timedelta(milliseconds=1)
+
+
 def to_millis(value: datetime | None) -> int | None:
     """Epoch milliseconds of an aware datetime, truncated; None stays None."""
     if value is None:
         return None
     delta = value - EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+@overload
+def from_millis(millis: int) -> datetime: ...
+@overload
+def from_millis(millis: None) -> None: ...
+def from_millis(millis: int | None) -> datetime | None:
+    """The aware UTC datetime of epoch milliseconds; None stays None."""
+    return None if millis is None else EPOCH + millis * ONE_MS
 
 
 class Timestamp(TypeDecorator[datetime]):
@@ -54,19 +66,17 @@ class Timestamp(TypeDecorator[datetime]):
         return dialect.type_descriptor(Integer())
 
     def bind_processor(self, dialect: Dialect) -> Any:
-        # Every write binds several timestamps: one closure per engine,
+        # Every write binds several timestamps, and rows are decoded by the
+        # thousand when paging: one function per engine and direction,
         # without TypeDecorator's generic chain.
         if dialect.name == "postgresql":
             return None
         return to_millis
 
     def result_processor(self, dialect: Dialect, coltype: object) -> Any:
-        # Rows are decoded by the thousand when paging: one closure per
-        # engine, without TypeDecorator's generic chain.
         if dialect.name == "postgresql":
             return lambda value: None if value is None else value.astimezone(UTC)
-        epoch, millis = EPOCH, timedelta(milliseconds=1)
-        return lambda value: None if value is None else epoch + value * millis
+        return from_millis
 
 
 class _PostgresJSON(UserDefinedType[str]):

@@ -1,4 +1,5 @@
-"""The default event ids: UUID version 7 strings, time-ordered, random within a millisecond."""
+"""The default clock (UTC, to the millisecond) and event ids (UUID version 7 strings,
+time-ordered, random within a millisecond)."""
 
 from __future__ import annotations
 
