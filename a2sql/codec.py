@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from a2sql.errors import A2Error, ErrorCode
@@ -132,7 +132,8 @@ def claimed_event(
     row: tuple[Any, ...], session_id: str, *, now: datetime, holder: str, expires_at: datetime
 ) -> StoredEvent:
     """A ``StoredEvent`` just claimed: the columns the claim returns (ops.claims.CLAIM),
-    and what it set itself. Times are in UTC, as every row read gives them."""
+    and what it set itself. ``now`` and ``expires_at`` are in UTC, as every row read
+    gives times."""
     (
         idx,
         event_type,
@@ -166,7 +167,7 @@ def claimed_event(
             processed_by_attempt,
             returned_event_ids,
             first_claimed_at,
-            now.astimezone(UTC),  # last_claimed_at
+            now,  # last_claimed_at
             attempt_count,
             failure_count,
             last_failed_at,
@@ -174,6 +175,6 @@ def claimed_event(
             last_error,
             None,  # failed_at
             holder,
-            expires_at.astimezone(UTC),
+            expires_at,
         )
     )

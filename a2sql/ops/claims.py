@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import bindparam, func, or_, select, true, tuple_, update
 
@@ -105,8 +105,10 @@ def claim_available(
         params["exclude"] = sorted(set(exclude_indexes))
     else:
         statement = CLAIM
+    # The claim's own times as a read would give them: in UTC, once for every event.
+    claimed_at, expiry = now.astimezone(UTC), expires_at.astimezone(UTC)
     claimed = [
-        claimed_event(row, session_id, now=now, holder=holder, expires_at=expires_at)
+        claimed_event(row, session_id, now=claimed_at, holder=holder, expires_at=expiry)
         for row in sorted(driver.rows(tx, statement, params))  # by index, the first column
     ]
     if claimed:
