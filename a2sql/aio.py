@@ -13,9 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from a2sql import calls
 from a2sql import migrate as migrations
-from a2sql.calls import Call, Context, Done, run_on_connection
-from a2sql.config import READ_ONLY
-from a2sql.errors import DRIVER_FAILURES, A2Error, ErrorCode, from_driver_error
+from a2sql.begin import begin_own
+from a2sql.calls import Call, Context, Done, run_in_savepoint, run_own_transaction
+from a2sql.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
 from a2sql.records import (
     JSON,
     AppendResult,
@@ -39,81 +39,19 @@ from a2sql.wakeups import LOCAL, PostgresListener, database_key
 T = TypeVar("T")
 
 
-class AsyncStore:
-    """The store's methods as coroutines. Create it with ``a2sql.create_async_store``.
+class AsyncOperations:
+    """The store's operations as coroutines, on a store's own transactions or the caller's.
 
-    The schema is checked (or upgraded) before the first operation, or on
-    ``async with``; a mismatch raises ``A2Error(SCHEMA_MISMATCH)`` there.
+    ``AsyncStore`` runs each in a transaction of its own;
+    ``async_store.using(async_connection)`` runs them in the caller's transaction.
     """
 
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        context: Context,
-        *,
-        owns_engine: bool,
-        upgrade_schema: bool,
-        serialize: bool = False,
-    ) -> None:
-        self._engine = engine
-        self._ctx = context
-        self._owns_engine = owns_engine
-        self._upgrade_schema = upgrade_schema
-        self._schema_checked = False
-        self._schema_lock = asyncio.Lock()
-        # A memory database is a single connection: one transaction at a time.
-        self._serial: AbstractAsyncContextManager[Any] = (
-            asyncio.Lock() if serialize else nullcontext()
-        )
-        self._closed = False
-        self._database = database_key(engine.sync_engine)
-        self._listener: PostgresListener | None = None
-        self.presence = AsyncPresence(self)
-        self.inspect = AsyncInspector(self)
-
-    @property
-    def engine(self) -> AsyncEngine:
-        """The SQLAlchemy asyncio engine the store runs on."""
-        return self._engine
-
-    async def ensure_schema(self) -> None:
-        """Check (or upgrade) the schema now rather than at the first operation."""
-        if self._schema_checked:
-            return
-        async with self._schema_lock:
-            if self._schema_checked:
-                return
-            async with self._connection() as connection:
-                await connection.run_sync(
-                    lambda c: migrations.ensure_schema_on(c, upgrade_allowed=self._upgrade_schema)
-                )
-            self._schema_checked = True
-
-    @asynccontextmanager
-    async def _connection(self, *, read_only: bool = False) -> AsyncIterator[AsyncConnection]:
-        if self._closed:
-            raise A2Error(ErrorCode.STORE_UNAVAILABLE, "the store is closed")
-        try:
-            async with self._serial, self._engine.connect() as connection:
-                if read_only:
-                    await connection.execution_options(**{READ_ONLY: True})
-                yield connection
-        except DRIVER_FAILURES as error:
-            raise from_driver_error(error) from error
+    _ctx: Context
+    presence: AsyncPresence
+    inspect: AsyncInspector
 
     async def _run(self, call: Call[T] | Done[T]) -> T:
-        """Run one call in one transaction, the same body as ``Store`` runs."""
-        if isinstance(call, Done):
-            return call.result
-        await self.ensure_schema()
-        async with (
-            self._connection(read_only=call.read_only) as connection,
-            connection.begin(),
-        ):
-            result = await connection.run_sync(run_on_connection, self._ctx, call)
-        if call.lock_session is not None and call.wakes(result):
-            LOCAL.wake(self._database, call.lock_session)
-        return result
+        raise NotImplementedError
 
     # --- the contract (SPEC §2, §3) -------------------------------------------
 
@@ -198,6 +136,104 @@ class AsyncStore:
             calls.put_snapshot(self._ctx, session_id, reducer_name, index, state)
         )
 
+
+class AsyncStore(AsyncOperations):
+    """The store's methods as coroutines. Create it with ``a2sql.create_async_store``.
+
+    The schema is checked (or upgraded) before the first operation, or on
+    ``async with``; a mismatch raises ``A2Error(SCHEMA_MISMATCH)`` there.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        context: Context,
+        *,
+        owns_engine: bool,
+        upgrade_schema: bool,
+        serialize: bool = False,
+    ) -> None:
+        self._engine = engine
+        self._ctx = context
+        self._owns_engine = owns_engine
+        self._upgrade_schema = upgrade_schema
+        self._schema_checked = False
+        self._schema_lock = asyncio.Lock()
+        # A memory database is a single connection: one transaction at a time.
+        self._serial: AbstractAsyncContextManager[Any] = (
+            asyncio.Lock() if serialize else nullcontext()
+        )
+        self._closed = False
+        self._database = database_key(engine.sync_engine)
+        self._listener: PostgresListener | None = None
+        self.presence = AsyncPresence(self)
+        self.inspect = AsyncInspector(self)
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The SQLAlchemy asyncio engine the store runs on."""
+        return self._engine
+
+    async def ensure_schema(self) -> None:
+        """Check (or upgrade) the schema now rather than at the first operation."""
+        if self._schema_checked:
+            return
+        async with self._schema_lock:
+            if self._schema_checked:
+                return
+            async with self._connection() as connection:
+                await connection.run_sync(
+                    lambda c: migrations.ensure_schema_on(c, upgrade_allowed=self._upgrade_schema)
+                )
+            self._schema_checked = True
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConnection]:
+        if self._closed:
+            raise closed_store()
+        try:
+            async with self._serial, self._engine.connect() as connection:
+                yield connection
+        except DRIVER_FAILURES as error:
+            raise from_driver_error(error) from error
+
+    async def _run(self, call: Call[T] | Done[T]) -> T:
+        """Run one call in one transaction, the same body as ``Store`` runs."""
+        if isinstance(call, Done):
+            return call.result
+        await self.ensure_schema()
+        async with self._connection() as connection, connection.begin():
+            result = await connection.run_sync(run_own_transaction, self._ctx, call)
+        if call.lock_session is not None and call.wakes(result):
+            LOCAL.wake(self._database, call.lock_session)
+        return result
+
+    # --- the caller's transaction (SPEC §6) -------------------------------------
+
+    def using(self, connection: AsyncConnection) -> AsyncUsingConnection:
+        """The store's operations in the caller's transaction on ``connection``.
+
+        As ``Store.using``: each runs in a savepoint of that transaction and
+        neither commits nor rolls it back. ``connection`` is an
+        ``AsyncConnection`` of this store's database with a transaction begun.
+        """
+        return AsyncUsingConnection(self, connection)
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[AsyncConnection]:
+        """As ``Store.begin``: a connection in a new transaction, committed when the block
+        ends, rolled back if it raises; on SQLite it holds the write lock from the start."""
+        await self.ensure_schema()
+        if self._closed:
+            raise closed_store()
+        async with self._engine.connect() as connection, connection.begin():
+            if self._engine.dialect.name == "sqlite":
+                try:
+                    await connection.run_sync(begin_own, read_only=False)
+                except DRIVER_FAILURES as error:
+                    raise from_driver_error(error) from error
+            yield connection
+
     def stream(
         self, session_id: str, *, start_after: int = 0, poll_interval: float | None = None
     ) -> AsyncEventStream:
@@ -246,10 +282,42 @@ class AsyncStore:
         await self.close()
 
 
+class AsyncUsingConnection(AsyncOperations):
+    """``async_store.using(async_connection)``: the operations in the caller's transaction."""
+
+    def __init__(self, store: AsyncStore, connection: AsyncConnection) -> None:
+        if not isinstance(connection, AsyncConnection):
+            raise invalid(
+                "connection",
+                f"must be a SQLAlchemy AsyncConnection, got {type(connection).__name__}",
+            )
+        self._store = store
+        self._ctx = store._ctx
+        self._connection = connection
+        self.presence = AsyncPresence(self)
+        self.inspect = AsyncInspector(self)
+
+    @property
+    def connection(self) -> AsyncConnection:
+        """The caller's connection the operations run on."""
+        return self._connection
+
+    async def _run(self, call: Call[T] | Done[T]) -> T:
+        if isinstance(call, Done):
+            return call.result
+        if self._store._closed:
+            raise closed_store()
+        await self._store.ensure_schema()
+        try:
+            return await self._connection.run_sync(run_in_savepoint, self._ctx, call)
+        except DRIVER_FAILURES as error:
+            raise from_driver_error(error) from error
+
+
 class AsyncPresence:
     """``astore.presence``: ephemeral per-participant fields with a TTL."""
 
-    def __init__(self, store: AsyncStore) -> None:
+    def __init__(self, store: AsyncOperations) -> None:
         self._store = store
 
     async def set(
@@ -276,7 +344,7 @@ class AsyncPresence:
 class AsyncInspector:
     """``astore.inspect``: sessions with counts and pages of events."""
 
-    def __init__(self, store: AsyncStore) -> None:
+    def __init__(self, store: AsyncOperations) -> None:
         self._store = store
 
     async def list_sessions(

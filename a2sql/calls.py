@@ -1,9 +1,10 @@
 """Each public method once: check its arguments, then describe the transaction to run.
 
 A ``Call`` says which session to lock (if any), whether the transaction only
-reads, and what to run in its transaction (a ``driver.Tx``). ``Store`` runs
-calls on pooled driver connections; ``AsyncStore`` runs the very same calls
-through ``AsyncConnection.run_sync``. Nothing here knows which facade or
+reads, and what to run in its transaction (on a SQLAlchemy ``Connection``).
+``Store`` runs calls in transactions of its own, ``AsyncStore`` the very same
+calls through ``AsyncConnection.run_sync``, and ``using(connection)`` in a
+savepoint of the caller's transaction. Nothing here knows which facade or
 engine it is on.
 """
 
@@ -17,10 +18,10 @@ from typing import Generic, NamedTuple, TypeVar
 from sqlalchemy import Connection
 
 from a2sql import validate
+from a2sql.begin import begin_own, hold_write_lock
 from a2sql.clock import Clock, SystemClock
 from a2sql.codec import truncate_ms
 from a2sql.dialects import Dialect
-from a2sql.driver import Tx
 from a2sql.errors import invalid
 from a2sql.ops import append as append_ops
 from a2sql.ops import attempts as attempt_ops
@@ -75,7 +76,7 @@ class Context:
 class Call(NamedTuple, Generic[T]):
     """One transaction to run: ``run(tx)`` after locking ``lock_session``."""
 
-    run: Callable[[Tx], T]
+    run: Callable[[Connection], T]
     lock_session: str | None = None
     read_only: bool = False
     # Whether the result means new events in ``lock_session``: streams are woken.
@@ -96,17 +97,44 @@ def _has_events(result: AppendResult | CompleteResult) -> bool:
     return bool(result.events)
 
 
-def run_in_transaction(tx: Tx, ctx: Context, call: Call[T]) -> T:
+def run_in_transaction(connection: Connection, ctx: Context, call: Call[T]) -> T:
     """The body of every transaction, sync or async: lock the session, then run."""
     if call.lock_session is not None:
-        ctx.dialect.lock_session(tx, call.lock_session, announce=call.added_events is not None)
-    return call.run(tx)
+        ctx.dialect.lock_session(
+            connection, call.lock_session, announce=call.added_events is not None
+        )
+    return call.run(connection)
 
 
-def run_on_connection(connection: Connection, ctx: Context, call: Call[T]) -> T:
-    """``run_in_transaction`` inside a transaction that SQLAlchemy runs on ``connection``."""
-    with Tx.on(connection) as tx:
-        return run_in_transaction(tx, ctx, call)
+def run_own_transaction(connection: Connection, ctx: Context, call: Call[T]) -> T:
+    """``run_in_transaction`` in a transaction a2sql began itself with ``connection.begin()``."""
+    if ctx.dialect.name == "sqlite":
+        begin_own(connection, read_only=call.read_only)
+    return run_in_transaction(connection, ctx, call)
+
+
+def run_in_savepoint(connection: Connection, ctx: Context, call: Call[T]) -> T:
+    """``run_in_transaction`` in a savepoint of the caller's transaction on ``connection``.
+
+    The caller's transaction is neither committed nor rolled back; an error
+    rolls back to the savepoint, so the caller's transaction stays usable.
+    """
+    if connection.closed or not connection.in_transaction():
+        raise invalid(
+            "connection",
+            "must have a transaction the caller began (engine.begin(), connection.begin() "
+            "or store.begin()); a2sql neither begins nor commits it",
+        )
+    if connection.dialect.name != ctx.dialect.name:
+        raise invalid(
+            "connection",
+            f"is a {connection.dialect.name} connection; the store's database is "
+            f"{ctx.dialect.name}",
+        )
+    if ctx.dialect.name == "sqlite" and not call.read_only:
+        hold_write_lock(connection)
+    with connection.begin_nested():
+        return run_in_transaction(connection, ctx, call)
 
 
 def _valid_cause(cause: object, where: str) -> EventCause:
@@ -206,7 +234,7 @@ def claim_available(
         )
     ]
 
-    def run(tx: Tx) -> ClaimResult:
+    def run(tx: Connection) -> ClaimResult:
         now = ctx.now()
         return claim_ops.claim_available(
             tx, sid, holder=who, now=now, expires_at=expiry(now), exclude_indexes=excluded
@@ -236,7 +264,7 @@ def renew_claims(
     if not refs:
         return Done(RenewResult(renewed=[], superseded=[]))
 
-    def run(tx: Tx) -> RenewResult:
+    def run(tx: Connection) -> RenewResult:
         now = ctx.now()
         return claim_ops.renew_claims(
             tx, sid, holder=who, claims=refs, now=now, expires_at=expiry(now)
@@ -284,7 +312,7 @@ def complete_attempts(
     if not valid:
         return Done([])
 
-    def run(tx: Tx) -> list[CompleteResult]:
+    def run(tx: Connection) -> list[CompleteResult]:
         # One clock reading and one lock for the call; each completion then
         # sees the ones before it, exactly as calls one after another would.
         now = ctx.now()
@@ -379,7 +407,7 @@ def presence_set(
     if not encoded:
         return Done(None)
 
-    def run(tx: Tx) -> None:
+    def run(tx: Connection) -> None:
         presence_ops.set_fields(
             tx,
             ctx.dialect,

@@ -1,38 +1,25 @@
-"""Engine configuration: URL resolution, engine creation, SQLite pragmas and transactions."""
+"""Engine configuration: URL resolution and engine creation."""
 
 from __future__ import annotations
 
 import os
-import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import URL, Engine, create_engine, event, make_url
+from sqlalchemy import URL, Engine, create_engine, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
-from a2sql.driver import Tx
-from a2sql.errors import invalid
+from a2sql.begin import SQLITE_BUSY_TIMEOUT_MS
+from a2sql.errors import A2Error, invalid
 
 ENV_URL = "A2SQL_DATABASE_URL"
 DEFAULT_URL = "sqlite:///.a2/dev.db"
 
-# Waiting for a SQLite write lock: long enough that a burst of writers from
-# several processes queues rather than fails.
-SQLITE_BUSY_TIMEOUT_MS = 30_000
-# Switching to WAL takes an exclusive lock and may answer SQLITE_BUSY without
-# consulting the busy handler while several connections race it (cold starts
-# of many processes on one file); the seed retries it, boundedly, too.
-WAL_SWITCH_ATTEMPTS = 100
-WAL_SWITCH_PAUSE_S = 0.005
-
-# Execution option that marks a transaction as read-only: on SQLite it then
-# begins DEFERRED (a consistent snapshot, no write lock) instead of IMMEDIATE.
-READ_ONLY = "a2sql_read_only"
-
-_HOOKED = "_a2sql_sqlite_hooks"
+# The drivers a2sql runs on, per database: sqlite3 and aiosqlite, psycopg 3
+# (sync and async alike).
+SUPPORTED_DRIVERS = {"sqlite": ("pysqlite", "aiosqlite"), "postgresql": ("psycopg",)}
 
 
 def resolve_url(url: str | URL | None) -> URL:
@@ -53,8 +40,17 @@ def resolve_url(url: str | URL | None) -> URL:
         parsed = url
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
-    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+    backend = parsed.get_backend_name()
+    if backend not in SUPPORTED_DRIVERS:
         raise invalid("url", f"a2sql supports sqlite and postgresql, not {parsed.drivername!r}")
+    driver = parsed.get_driver_name()
+    if driver not in SUPPORTED_DRIVERS[backend]:
+        supported = " or ".join(f"{backend}+{name}" for name in SUPPORTED_DRIVERS[backend])
+        raise invalid(
+            "url",
+            f"a2sql runs {backend} on {supported}, not {parsed.drivername!r}"
+            + (" (psycopg 3: pip install 'a2sql[postgres]')" if backend == "postgresql" else ""),
+        )
     return parsed
 
 
@@ -71,16 +67,29 @@ def _engine_arguments(url: URL) -> dict[str, Any]:
         # same in-memory database.
         return {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
     assert url.database is not None
-    Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    path = Path(url.database).expanduser()
+    if path.is_dir():
+        raise invalid("url", f"cannot open the SQLite database {path}: it is a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise invalid(
+            "url", f"cannot create the folder of the SQLite database {path.parent}: {error}"
+        ) from None
     return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}}
+
+
+def _driver_missing(url: URL, error: ImportError) -> A2Error:
+    extra = " (pip install 'a2sql[postgres]')" if url.get_backend_name() == "postgresql" else ""
+    return invalid("url", f"the driver for {url.drivername!r} is not installed: {error}{extra}")
 
 
 def build_engine(url: URL) -> Engine:
     """A new engine for ``url``, configured for a2sql."""
-    engine = create_engine(url, **_engine_arguments(url))
-    if url.get_backend_name() == "sqlite":
-        install_sqlite_hooks(engine)
-    return engine
+    try:
+        return create_engine(url, **_engine_arguments(url))
+    except ImportError as error:
+        raise _driver_missing(url, error) from None
 
 
 def async_url(url: URL) -> URL:
@@ -93,58 +102,7 @@ def async_url(url: URL) -> URL:
 def build_async_engine(url: URL) -> AsyncEngine:
     """A new asyncio engine for ``url``, configured for a2sql."""
     url = async_url(url)
-    engine = create_async_engine(url, **_engine_arguments(url))
-    if url.get_backend_name() == "sqlite":
-        install_sqlite_hooks(engine.sync_engine)
-    return engine
-
-
-def _set_wal(cursor: sqlite3.Cursor) -> None:
-    for attempt in range(WAL_SWITCH_ATTEMPTS):
-        try:
-            cursor.execute("pragma journal_mode = wal")
-            return
-        except sqlite3.OperationalError as error:
-            if "locked" not in str(error) and "busy" not in str(error):
-                raise
-            if attempt == WAL_SWITCH_ATTEMPTS - 1:
-                raise
-            time.sleep(WAL_SWITCH_PAUSE_S)
-
-
-def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-    # The driver must not open transactions on its own: a2sql sends BEGIN
-    # itself (SQLAlchemy's documented pysqlite recipe).
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
     try:
-        # busy_timeout first: everything after it may wait on a lock.
-        cursor.execute(f"pragma busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        _set_wal(cursor)
-        cursor.execute("pragma synchronous = normal")
-    finally:
-        cursor.close()
-
-
-def sqlite_begin(*, read_only: bool) -> str:
-    """How a2sql opens a SQLite transaction.
-
-    A deferred transaction that later writes can fail with "database is
-    locked" whatever the busy timeout; writers take the lock up front.
-    """
-    return "BEGIN" if read_only else "BEGIN IMMEDIATE"
-
-
-def _on_begin(connection: Any) -> None:
-    read_only = bool(connection.get_execution_options().get(READ_ONLY))
-    with Tx.on(connection) as tx:
-        tx.execute(sqlite_begin(read_only=read_only), ())
-
-
-def install_sqlite_hooks(engine: Engine) -> None:
-    """Give a SQLite engine a2sql's pragmas and ``BEGIN IMMEDIATE`` writes (idempotent)."""
-    if getattr(engine, _HOOKED, False):
-        return
-    event.listen(engine, "connect", _on_connect)
-    event.listen(engine, "begin", _on_begin)
-    setattr(engine, _HOOKED, True)
+        return create_async_engine(url, **_engine_arguments(url))
+    except ImportError as error:
+        raise _driver_missing(url, error) from None

@@ -15,12 +15,11 @@ from a2sql.config import (
     async_url,
     build_async_engine,
     build_engine,
-    install_sqlite_hooks,
     is_sqlite_memory,
     resolve_url,
 )
 from a2sql.dialects import dialect_named
-from a2sql.errors import DRIVER_FAILURES, from_driver_error, invalid
+from a2sql.errors import DRIVER_FAILURES, A2Error, from_driver_error, invalid
 from a2sql.store import Store
 from a2sql.validate import DEFAULT_MAX_JSON_CHARS, Limits
 
@@ -40,6 +39,13 @@ def _context(
         ids=ids or uuid7_id,
         limits=Limits(max_json_chars=max_json_chars),
     )
+
+
+def _opening_failed(url: URL, error: BaseException) -> A2Error:
+    """The first connection failed: a SQLite file that cannot be opened is the URL's fault."""
+    if url.get_backend_name() == "sqlite" and "unable to open database file" in str(error):
+        return invalid("url", f"cannot open the SQLite database {url.database}: check the path")
+    return from_driver_error(error)
 
 
 def _upgrade_allowed(migrate: object, backend: str) -> bool:
@@ -67,9 +73,7 @@ def create_store(
     """
     if isinstance(url, Engine):
         engine, owns_engine = url, False
-        resolve_url(engine.url)  # rejects engines of other databases
-        if engine.dialect.name == "sqlite":
-            install_sqlite_hooks(engine)
+        resolve_url(engine.url)  # rejects engines of other databases and drivers
     else:
         engine, owns_engine = build_engine(resolve_url(url)), True
     try:
@@ -79,7 +83,7 @@ def create_store(
         try:
             migrations.ensure_schema(engine, upgrade_allowed=upgrade)
         except DRIVER_FAILURES as error:
-            raise from_driver_error(error) from error
+            raise _opening_failed(engine.url, error) from error
     except BaseException:
         if owns_engine:
             engine.dispose()
@@ -104,8 +108,6 @@ def create_async_store(
     if isinstance(url, AsyncEngine):
         engine, owns_engine = url, False
         resolve_url(engine.url)
-        if engine.dialect.name == "sqlite":
-            install_sqlite_hooks(engine.sync_engine)
     else:
         engine, owns_engine = build_async_engine(resolve_url(url)), True
     backend = engine.dialect.name

@@ -11,6 +11,7 @@ class ErrorCode(StrEnum):
     """What went wrong, as a stable machine-readable code (SPEC §4)."""
 
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    STORE_CLOSED = "STORE_CLOSED"
     SCHEMA_MISMATCH = "SCHEMA_MISMATCH"
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
     EVENT_NOT_FOUND = "EVENT_NOT_FOUND"
@@ -73,6 +74,11 @@ DRIVER_FAILURES: tuple[type[BaseException], ...] = (
     sa_exc.TimeoutError,
     OSError,
 )
+
+
+def closed_store() -> A2Error:
+    """A call on a store after ``close()``: the program's mistake, not the database's."""
+    return A2Error(ErrorCode.STORE_CLOSED, "the store is closed: open a new one with create_store")
 
 
 def invalid(argument: str, problem: str) -> A2Error:

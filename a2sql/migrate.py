@@ -17,7 +17,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, inspect, text
 from sqlalchemy.pool import StaticPool
 
-from a2sql.config import READ_ONLY, install_sqlite_hooks
+from a2sql.begin import begin_own
 from a2sql.errors import A2Error, ErrorCode
 from a2sql.schema import TABLE_NAMES
 
@@ -62,16 +62,22 @@ def current_revision(connection: Connection) -> str | None:
 
 
 def lock_for_migration(connection: Connection) -> None:
-    """Serialize concurrent migrations (SQLite's BEGIN IMMEDIATE already does)."""
+    """Serialize concurrent migrations: the first statement of a migrating transaction.
+
+    SQLite: the database's write lock (BEGIN IMMEDIATE); PostgreSQL: an
+    advisory lock of a2sql's migrations.
+    """
     if connection.dialect.name == "postgresql":
         connection.execute(text("select pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+    else:
+        begin_own(connection, read_only=False)
 
 
 @contextmanager
 def _transaction(connection: Connection, *, read_only: bool) -> Iterator[Connection]:
-    # Connection.execution_options() changes the connection in place (SQLAlchemy 2).
-    connection.execution_options(**{READ_ONLY: read_only})
     with connection.begin():
+        if read_only and connection.dialect.name == "sqlite":
+            begin_own(connection, read_only=True)
         yield connection
 
 
@@ -152,6 +158,7 @@ def ensure_schema_on(connection: Connection, *, upgrade_allowed: bool) -> None:
         found = _move(connection, "head")
     else:
         with _transaction(connection, read_only=False):
+            lock_for_migration(connection)
             _adopt_seed_database(connection)
             found = current_revision(connection)
     if found != head:
@@ -234,9 +241,9 @@ def sqlite_schema_signature(connection: Connection) -> dict[str, Any]:
 def baseline_sqlite_signature() -> dict[str, Any]:
     """The signature of the baseline revision, built once in a memory database."""
     engine = create_engine("sqlite://", poolclass=StaticPool)
-    install_sqlite_hooks(engine)
     try:
         with engine.begin() as connection:
+            lock_for_migration(connection)
             command.upgrade(alembic_config(connection), BASELINE)
             return sqlite_schema_signature(connection)
     finally:

@@ -1,12 +1,12 @@
-"""Transactions a2sql runs itself on pooled driver connections: the sync store's path.
+"""The sync store's own transactions, on a few SQLAlchemy ``Connection``s kept between them.
 
-A transaction through SQLAlchemy's ``Connection`` costs ~35 µs of Python
-here (connection, transaction and event objects), and a checkout from the
-pool and back ~10 µs more, against a few µs for BEGIN and COMMIT on SQLite.
-``PooledTransactions`` keeps a few connections checked out between a store's
-transactions and runs each on one: BEGIN where the driver leaves it to us,
-the body, COMMIT; ROLLBACK when the body raises. Driver errors are wrapped
-and lost connections invalidated as SQLAlchemy does (``driver.Tx``).
+Checking a connection out of the pool and back costs more than a whole
+transaction's BEGIN and COMMIT on SQLite (the pool's checkout, and its reset
+on return). ``PooledTransactions`` keeps a few ``Connection``s open between a
+store's transactions and runs each transaction on one: ``begin()``, the body,
+commit, or rollback when the body raises. Everything goes through the
+``Connection``, so the engine's listeners see a2sql's transactions as any
+other: ``begin``, ``commit``, ``rollback``, and every statement in between.
 """
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
-from sqlalchemy import Engine
-from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy import Connection, Engine
 
-from a2sql.config import sqlite_begin
-from a2sql.driver import Tx, raise_wrapped
+from a2sql.begin import begin_own
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -48,10 +46,9 @@ os.register_at_fork(after_in_child=_forked)
 
 
 class _Kept(NamedTuple):
-    """An idle connection with its transaction cursor, and when it went idle."""
+    """An idle connection, and when it went idle."""
 
-    pooled: PoolProxiedConnection
-    tx: Tx
+    connection: Connection
     since: float
 
 
@@ -60,16 +57,7 @@ class PooledTransactions:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        # The statement that opens a transaction, by read_only: SQLite's
-        # driver leaves it to a2sql, psycopg opens one before the first statement.
-        sqlite = engine.dialect.name == "sqlite"
-        self._begin = {
-            read_only: sqlite_begin(read_only=read_only) if sqlite else None
-            for read_only in (False, True)
-        }
-        # On SQLite, COMMIT as a statement: the driver's statement cache keeps
-        # it prepared, where sqlite3's commit() prepares it anew each time.
-        self._commit = "COMMIT" if sqlite else None
+        self._sqlite = engine.dialect.name == "sqlite"
         self._idle: list[_Kept] = []
         self._forks = _forks
         self._abandoned: list[_Kept] = []
@@ -80,33 +68,27 @@ class PooledTransactions:
         """Connections kept checked out for the next transactions, unused right now."""
         return len(self._idle)
 
-    def run(self, body: Callable[[Tx, C, A], T], context: C, call: A, *, read_only: bool) -> T:
-        """``body(tx, context, call)`` in one transaction: committed if it returns, rolled
-        back if it raises. (Its arguments are passed on rather than bound in a closure:
-        this runs for every call.)"""
-        pooled, tx = self._take()
+    def run(
+        self, body: Callable[[Connection, C, A], T], context: C, call: A, *, read_only: bool
+    ) -> T:
+        """``body(connection, context, call)`` in one transaction: committed if it returns,
+        rolled back if it raises. (Its arguments are passed on rather than bound in a
+        closure: this runs for every call.)"""
+        connection = self._take()
         try:
-            begin = self._begin[read_only]
-            if begin is not None:
-                tx.execute(begin, ())
-            result = body(tx, context, call)
-            if self._commit is not None:
-                tx.execute(self._commit, ())
-            else:
-                tx.commit()
-            return result
-        except BaseException:
-            tx.rollback()
-            raise
+            with connection.begin():
+                if self._sqlite:
+                    begin_own(connection, read_only=read_only)
+                return body(connection, context, call)
         finally:
-            self._give_back(pooled, tx)
+            self._give_back(connection)
 
     def close(self) -> None:
         """Give every idle connection back to the pool; later ones go straight back too."""
         self._closed = True
         self._drop_idle()
 
-    def _take(self) -> tuple[PoolProxiedConnection, Tx]:
+    def _take(self) -> Connection:
         if self._forks != _forks:
             # A forked child: the idle connections are the parent's, in use
             # there. Closing them, or letting SQLAlchemy's garbage collection
@@ -122,31 +104,19 @@ class PooledTransactions:
             except IndexError:  # another thread took the last one
                 break
             if now - kept.since <= MAX_IDLE_S:
-                return kept.pooled, kept.tx
-            _release(kept.pooled, kept.tx)
-        dialect = self._engine.dialect
-        try:
-            pooled = self._engine.raw_connection()
-        except Exception as error:
-            # Engine.connect() wraps a failure to connect; raw_connection() does not.
-            raise_wrapped(error, dialect, None, None, lost=True)
-        try:
-            return pooled, Tx(dialect, pooled=pooled, pool=self._engine.pool)
-        except Exception as error:  # no cursor: the connection is gone, likely the idle ones too
-            pooled.invalidate(error)
-            pooled.close()
-            self._drop_idle()
-            raise_wrapped(error, dialect, None, None, lost=True)
+                return kept.connection
+            kept.connection.close()
+        return self._engine.connect()
 
-    def _give_back(self, pooled: PoolProxiedConnection, tx: Tx) -> None:
-        if not pooled.is_valid:
+    def _give_back(self, connection: Connection) -> None:
+        if connection.invalidated:
             # Lost: the idle ones are likely as dead (a server restart, say).
-            _release(pooled, tx)
+            connection.close()
             self._drop_idle()
         elif self._closed or len(self._idle) >= KEEP_IDLE:
-            _release(pooled, tx)
+            connection.close()
         else:
-            self._idle.append(_Kept(pooled, tx, time.monotonic()))
+            self._idle.append(_Kept(connection, time.monotonic()))
 
     def _drop_idle(self) -> None:
         while self._idle:
@@ -154,10 +124,4 @@ class PooledTransactions:
                 kept = self._idle.pop()
             except IndexError:
                 return
-            _release(kept.pooled, kept.tx)
-
-
-def _release(pooled: PoolProxiedConnection, tx: Tx) -> None:
-    """Close the cursor and give the connection back to the pool."""
-    tx.close()
-    pooled.close()
+            kept.connection.close()

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from types import TracebackType
 from typing import TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from a2sql import calls
-from a2sql.calls import Call, Context, Done, run_in_transaction, run_on_connection
-from a2sql.config import READ_ONLY
-from a2sql.errors import DRIVER_FAILURES, A2Error, ErrorCode, from_driver_error
+from a2sql.begin import begin_own
+from a2sql.calls import Call, Context, Done, run_in_savepoint, run_in_transaction
+from a2sql.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
 from a2sql.pooled import PooledTransactions
 from a2sql.records import (
     JSON,
@@ -38,60 +39,19 @@ from a2sql.wakeups import LOCAL, PostgresListener, database_key
 T = TypeVar("T")
 
 
-class Store:
-    """A store of event sessions on one database. Create it with ``a2sql.create_store``."""
+class Operations:
+    """The store's operations, on a store's own transactions or on the caller's.
 
-    def __init__(
-        self, engine: Engine, context: Context, *, owns_engine: bool, serialize: bool = False
-    ) -> None:
-        self._engine = engine
-        self._ctx = context
-        self._owns_engine = owns_engine
-        # A memory database is a single connection: one transaction at a time.
-        self._serial = threading.RLock() if serialize else None
-        self._closed = False
-        self._database = database_key(engine)
-        self._listener: PostgresListener | None = None
-        self._pooled = PooledTransactions(engine)
-        self.presence = Presence(self)
-        self.inspect = Inspector(self)
+    ``Store`` runs each in a transaction of its own; ``store.using(connection)``
+    runs them in the caller's transaction.
+    """
 
-    @property
-    def engine(self) -> Engine:
-        """The SQLAlchemy engine the store runs on."""
-        return self._engine
-
-    def _on_connection(self, call: Call[T]) -> T:
-        # Listeners (statement counters, tracing) are given every statement
-        # on a SQLAlchemy Connection, as they expect.
-        with self._engine.connect() as connection:
-            if call.read_only:
-                connection = connection.execution_options(**{READ_ONLY: True})
-            with connection.begin():
-                return run_on_connection(connection, self._ctx, call)
-
-    def _transaction(self, call: Call[T]) -> T:
-        if self._engine.dispatch.before_cursor_execute:
-            return self._on_connection(call)
-        return self._pooled.run(run_in_transaction, self._ctx, call, read_only=call.read_only)
+    _ctx: Context
+    presence: Presence
+    inspect: Inspector
 
     def _run(self, call: Call[T] | Done[T]) -> T:
-        """Run one call in one transaction; a write on a session first locks it."""
-        if isinstance(call, Done):
-            return call.result
-        if self._closed:
-            raise A2Error(ErrorCode.STORE_UNAVAILABLE, "the store is closed")
-        try:
-            if self._serial is None:
-                result = self._transaction(call)
-            else:
-                with self._serial:
-                    result = self._transaction(call)
-        except DRIVER_FAILURES as error:
-            raise from_driver_error(error) from error
-        if call.lock_session is not None and call.wakes(result):
-            LOCAL.wake(self._database, call.lock_session)
-        return result
+        raise NotImplementedError
 
     # --- the contract (SPEC §2, §3) -------------------------------------------
 
@@ -170,6 +130,82 @@ class Store:
         """Store a reducer's state up to ``index``, unless a later snapshot is stored."""
         return self._run(calls.put_snapshot(self._ctx, session_id, reducer_name, index, state))
 
+
+class Store(Operations):
+    """A store of event sessions on one database. Create it with ``a2sql.create_store``."""
+
+    def __init__(
+        self, engine: Engine, context: Context, *, owns_engine: bool, serialize: bool = False
+    ) -> None:
+        self._engine = engine
+        self._ctx = context
+        self._owns_engine = owns_engine
+        # A memory database is a single connection: one transaction at a time.
+        self._serial = threading.RLock() if serialize else None
+        self._closed = False
+        self._database = database_key(engine)
+        self._listener: PostgresListener | None = None
+        self._pooled = PooledTransactions(engine)
+        self.presence = Presence(self)
+        self.inspect = Inspector(self)
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine the store runs on."""
+        return self._engine
+
+    def _transaction(self, call: Call[T]) -> T:
+        return self._pooled.run(run_in_transaction, self._ctx, call, read_only=call.read_only)
+
+    def _run(self, call: Call[T] | Done[T]) -> T:
+        """Run one call in one transaction; a write on a session first locks it."""
+        if isinstance(call, Done):
+            return call.result
+        if self._closed:
+            raise closed_store()
+        try:
+            if self._serial is None:
+                result = self._transaction(call)
+            else:
+                with self._serial:
+                    result = self._transaction(call)
+        except DRIVER_FAILURES as error:
+            raise from_driver_error(error) from error
+        if call.lock_session is not None and call.wakes(result):
+            LOCAL.wake(self._database, call.lock_session)
+        return result
+
+    # --- the caller's transaction (SPEC §6) -------------------------------------
+
+    def using(self, connection: Connection) -> UsingConnection:
+        """The store's operations in the caller's transaction on ``connection``.
+
+        Each runs in a savepoint of that transaction and neither commits nor
+        rolls it back: the caller's commit makes them durable together with
+        the caller's own writes, a rollback undoes both, and an a2sql error
+        undoes only the operation that raised it. ``connection`` is a
+        SQLAlchemy ``Connection`` of this store's database with a transaction
+        begun (``engine.begin()``, ``connection.begin()``, or ``store.begin()``).
+        """
+        return UsingConnection(self, connection)
+
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """A connection in a new transaction, committed when the block ends, rolled back if
+        it raises; on SQLite it holds the write lock from the start, as a2sql's writes
+        need (``BEGIN IMMEDIATE``). Pass it to ``using`` and write your own tables on it.
+        """
+        if self._closed:
+            raise closed_store()
+        connection = self._engine.connect()
+        with connection, connection.begin():
+            if self._engine.dialect.name == "sqlite":
+                try:
+                    begin_own(connection, read_only=False)
+                except DRIVER_FAILURES as error:
+                    raise from_driver_error(error) from error
+            yield connection
+
     def stream(
         self,
         session_id: str,
@@ -222,10 +258,40 @@ class Store:
         self.close()
 
 
+class UsingConnection(Operations):
+    """``store.using(connection)``: the store's operations in the caller's transaction."""
+
+    def __init__(self, store: Store, connection: Connection) -> None:
+        if not isinstance(connection, Connection):
+            raise invalid(
+                "connection", f"must be a SQLAlchemy Connection, got {type(connection).__name__}"
+            )
+        self._store = store
+        self._ctx = store._ctx
+        self._connection = connection
+        self.presence = Presence(self)
+        self.inspect = Inspector(self)
+
+    @property
+    def connection(self) -> Connection:
+        """The caller's connection the operations run on."""
+        return self._connection
+
+    def _run(self, call: Call[T] | Done[T]) -> T:
+        if isinstance(call, Done):
+            return call.result
+        if self._store._closed:
+            raise closed_store()
+        try:
+            return run_in_savepoint(self._connection, self._ctx, call)
+        except DRIVER_FAILURES as error:
+            raise from_driver_error(error) from error
+
+
 class Presence:
     """``store.presence``: ephemeral per-participant fields with a TTL."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Operations) -> None:
         self._store = store
 
     def set(
@@ -250,7 +316,7 @@ class Presence:
 class Inspector:
     """``store.inspect``: sessions with counts and pages of events, for operators and tools."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Operations) -> None:
         self._store = store
 
     def list_sessions(

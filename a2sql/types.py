@@ -18,6 +18,7 @@ from sqlalchemy.sql.elements import BindParameter, ColumnElement
 from sqlalchemy.sql.expression import cast
 from sqlalchemy.types import TypeDecorator, TypeEngine, UserDefinedType
 
+from a2sql.errors import A2Error, ErrorCode
 from a2sql.jsontext import decode_json
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -109,5 +110,17 @@ class JSONText(TypeDecorator[Any]):
 
     def result_processor(self, dialect: Dialect, coltype: object) -> Any:
         if dialect.name == "postgresql":
-            return None
-        return lambda value: None if value is None else decode_json(value)
+            return None  # the server checked the text, the driver decodes it
+        return _decode_stored_json
+
+
+def _decode_stored_json(value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return decode_json(value)
+    except ValueError:
+        # Only text written around a2sql fails here: it encodes every value itself.
+        raise A2Error(
+            ErrorCode.CORRUPT_RECORD, f"a stored JSON value does not decode: {value[:80]!r}"
+        ) from None

@@ -300,7 +300,7 @@ def test_async_engine_passed_in_is_left_open_after_close(url: str) -> None:
 
 def test_async_store_created_from_url_disposes_its_engine_on_close(url: str) -> None:
     """An AsyncStore that made its engine releases it on close(); later calls are
-    STORE_UNAVAILABLE."""
+    STORE_CLOSED (the program's mistake, not a failed database)."""
 
     async def scenario() -> None:
         store = a2sql.create_async_store(url, migrate=True)
@@ -311,7 +311,8 @@ def test_async_store_created_from_url_disposes_its_engine_on_close(url: str) -> 
         assert store.engine.sync_engine.pool is not pool or pool.checkedin() == 0
         with pytest.raises(A2Error) as raised:
             await store.read("s")
-        assert raised.value.code == ErrorCode.STORE_UNAVAILABLE
+        assert raised.value.code == ErrorCode.STORE_CLOSED
+        assert "closed" in raised.value.message
 
     run(scenario)
 

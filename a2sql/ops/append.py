@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import Connection, bindparam, select
 
-from a2sql import driver
+from a2sql import execute
 from a2sql.codec import stored_event
-from a2sql.driver import Tx
 from a2sql.errors import A2Error, ErrorCode
 from a2sql.ops.events import (
     EVENTS_BETWEEN,
@@ -30,7 +29,7 @@ PARENT_ATTEMPTS = select(E.c.idx, E.c.attempt_count, E.c.failed_at).where(
 )
 
 
-def has_pending(tx: Tx, session_id: str) -> AppendResult:
+def has_pending(tx: Connection, session_id: str) -> AppendResult:
     """An empty append: nothing written, only whether the session has unprocessed events."""
     return AppendResult(events=[], has_pending=session_status(tx, session_id)[1])
 
@@ -45,7 +44,7 @@ def duplicate_ids(ids: Sequence[str]) -> str | None:
 
 
 def append(
-    tx: Tx,
+    tx: Connection,
     session_id: str,
     batch: Sequence[ValidEvent],
     *,
@@ -76,7 +75,7 @@ def append(
 
 
 def _replay_or_reject(
-    tx: Tx,
+    tx: Connection,
     session_id: str,
     batch: Sequence[ValidEvent],
     existing: dict[str, StoredEvent],
@@ -97,14 +96,14 @@ def _replay_or_reject(
     return AppendResult(events=stored, has_pending=session_status(tx, session_id)[1])
 
 
-def _check_fence(tx: Tx, session_id: str, batch: Sequence[ValidEvent]) -> None:
+def _check_fence(tx: Connection, session_id: str, batch: Sequence[ValidEvent]) -> None:
     """Events caused by an attempt commit only while that attempt is still current."""
     causes = [event.cause for event in batch if event.cause is not None]
     if not causes:
         return
     parents = {
         idx: (attempt_count, failed_at)
-        for idx, attempt_count, failed_at in driver.rows_for_each_chunk(
+        for idx, attempt_count, failed_at in execute.rows_for_each_chunk(
             tx,
             PARENT_ATTEMPTS,
             {"sid": session_id},
@@ -128,10 +127,10 @@ def _check_fence(tx: Tx, session_id: str, batch: Sequence[ValidEvent]) -> None:
 
 
 def read(
-    tx: Tx, session_id: str, after_index: int | None, through_index: int | None
+    tx: Connection, session_id: str, after_index: int | None, through_index: int | None
 ) -> list[StoredEvent]:
     """Events with ``after_index < index <= through_index``, by index."""
-    rows = driver.rows(
+    rows = execute.rows(
         tx,
         EVENTS_BETWEEN,
         {

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from sqlalchemy import bindparam, false, null, select, true, update
+from sqlalchemy import Connection, bindparam, false, null, select, true, update
 from sqlalchemy.exc import DBAPIError
 
-from a2sql import driver
+from a2sql import execute
 from a2sql.codec import encode_ids, stored_event
-from a2sql.driver import Tx
 from a2sql.errors import A2Error, ErrorCode, is_event_id_collision
 from a2sql.ops.append import duplicate_ids
 from a2sql.ops.events import (
@@ -91,8 +90,8 @@ MARK_FAILED = (
 )
 
 
-def _event_at(tx: Tx, session_id: str, index: int) -> StoredEvent:
-    row = driver.first(tx, EVENT_AT, {"sid": session_id, "index": index})
+def _event_at(tx: Connection, session_id: str, index: int) -> StoredEvent:
+    row = execute.first(tx, EVENT_AT, {"sid": session_id, "index": index})
     if row is None:
         raise A2Error(
             ErrorCode.EVENT_NOT_FOUND, f"no event at index {index} in session {session_id!r}"
@@ -101,7 +100,7 @@ def _event_at(tx: Tx, session_id: str, index: int) -> StoredEvent:
 
 
 def complete_attempt(
-    tx: Tx,
+    tx: Connection,
     session_id: str,
     *,
     index: int,
@@ -119,7 +118,7 @@ def complete_attempt(
     """
     ids = [event.id for event in batch if event.id is not None]
     if duplicate_ids(ids) is None:
-        marked = driver.first(
+        marked = execute.first(
             tx,
             COMPLETE_IF_CURRENT,
             {
@@ -156,7 +155,7 @@ def complete_attempt(
 
 
 def _append_returned(
-    tx: Tx,
+    tx: Connection,
     session_id: str,
     lane: str | None,
     caused: Sequence[ValidEvent],
@@ -166,7 +165,7 @@ def _append_returned(
 ) -> list[StoredEvent]:
     """After the event was marked processed: promote its lane's head, append the children."""
     if lane is not None:
-        driver.run(tx, PROMOTE_LANE_HEAD, {"sid": session_id, "lane_name": lane})
+        execute.run(tx, PROMOTE_LANE_HEAD, {"sid": session_id, "lane_name": lane})
     try:
         return insert_events(
             tx, session_id, caused, first_index=last_index + 1, now=now, new_id=new_id
@@ -183,7 +182,7 @@ def _append_returned(
 
 
 def _replay(
-    tx: Tx,
+    tx: Connection,
     session_id: str,
     parent: StoredEvent,
     caused: Sequence[ValidEvent],
@@ -214,7 +213,7 @@ def _replay(
 
 
 def fail_attempt(
-    tx: Tx,
+    tx: Connection,
     session_id: str,
     *,
     index: int,
@@ -235,7 +234,7 @@ def fail_attempt(
         return FailResult("failed" if retried else "superseded", event.failure_count)
     failures = event.failure_count + 1
     dead = failures >= max_failures
-    driver.run(
+    execute.run(
         tx,
         MARK_FAILED,
         {

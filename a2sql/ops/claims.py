@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from sqlalchemy import bindparam, func, or_, select, true, tuple_, update
+from sqlalchemy import Connection, bindparam, func, or_, select, true, tuple_, update
 
-from a2sql import driver
+from a2sql import execute
 from a2sql.codec import claimed_event
-from a2sql.driver import Tx
 from a2sql.ops.events import ONE_ROW, SESSION
 from a2sql.records import ClaimRef, ClaimResult, RenewResult
 from a2sql.schema import events as E
@@ -90,7 +89,7 @@ RENEW = (
 
 
 def claim_available(
-    tx: Tx,
+    tx: Connection,
     session_id: str,
     *,
     holder: str,
@@ -109,18 +108,18 @@ def claim_available(
     claimed_at, expiry = now.astimezone(UTC), expires_at.astimezone(UTC)
     claimed = [
         claimed_event(row, session_id, now=claimed_at, holder=holder, expires_at=expiry)
-        for row in sorted(driver.rows(tx, statement, params))  # by index, the first column
+        for row in sorted(execute.rows(tx, statement, params))  # by index, the first column
     ]
     if claimed:
         return ClaimResult("claimed", claimed)
-    [(retry_at,)] = driver.rows(tx, NEXT_EXPIRY, {"sid": session_id, "now": now})
+    [(retry_at,)] = execute.rows(tx, NEXT_EXPIRY, {"sid": session_id, "now": now})
     if retry_at is None:
         return ClaimResult("settled")
     return ClaimResult("busy", retry_at=retry_at)
 
 
 def renew_claims(
-    tx: Tx,
+    tx: Connection,
     session_id: str,
     *,
     holder: str,
@@ -131,7 +130,7 @@ def renew_claims(
     """Extend the claims still held by ``holder`` as their current attempt (SPEC §3)."""
     current: dict[int, int] = {
         idx: attempt_count
-        for idx, attempt_count in driver.rows_for_each_chunk(
+        for idx, attempt_count in execute.rows_for_each_chunk(
             tx,
             CURRENT_ATTEMPTS,
             {"sid": session_id},
@@ -150,7 +149,7 @@ def renew_claims(
     if len(set(candidates)) == len(candidates):
         extended = {
             (idx, attempt)
-            for idx, attempt in driver.rows_for_each_chunk(
+            for idx, attempt in execute.rows_for_each_chunk(
                 tx, RENEW, params, "claims", candidates, per_item=2
             )
         }
@@ -159,6 +158,6 @@ def renew_claims(
         # The same claim named twice: renew one at a time, as each renewal
         # changes what the next one sees (an expiry in the past ends it).
         for idx, attempt in candidates:
-            if driver.rows(tx, RENEW, {**params, "claims": [(idx, attempt)]}):
+            if execute.rows(tx, RENEW, {**params, "claims": [(idx, attempt)]}):
                 renewed.append(idx)
     return RenewResult(renewed=sorted(renewed), superseded=sorted(superseded))

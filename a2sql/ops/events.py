@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import (
     BindParameter,
     ColumnClause,
+    Connection,
     ScalarSelect,
     bindparam,
     exists,
@@ -18,9 +19,8 @@ from sqlalchemy import (
     select,
 )
 
-from a2sql import driver
+from a2sql import execute
 from a2sql.codec import canonical_json, encode_cause, stored_event
-from a2sql.driver import Tx
 from a2sql.errors import A2Error, ErrorCode
 from a2sql.jsontext import decode_json
 from a2sql.records import EventCause, StoredEvent
@@ -123,36 +123,38 @@ INSERT_EVENTS = insert(E).values(
 )
 
 
-def events_by_id(tx: Tx, ids: Sequence[str]) -> dict[str, StoredEvent]:
+def events_by_id(tx: Connection, ids: Sequence[str]) -> dict[str, StoredEvent]:
     """The stored events with these ids, in any session."""
     found: dict[str, StoredEvent] = {}
-    for row in driver.rows_for_each_chunk(tx, EVENTS_BY_ID, {}, "ids", ids):
+    for row in execute.rows_for_each_chunk(tx, EVENTS_BY_ID, {}, "ids", ids):
         event = stored_event(row)
         found[event.id] = event
     return found
 
 
-def session_status(tx: Tx, session_id: str) -> tuple[int, bool]:
+def session_status(tx: Connection, session_id: str) -> tuple[int, bool]:
     """The session's last index (0 when empty) and whether any event is unprocessed."""
-    [(last, pending)] = driver.rows(tx, SESSION_STATUS, {"sid": session_id})
+    [(last, pending)] = execute.rows(tx, SESSION_STATUS, {"sid": session_id})
     return int(last), bool(pending)
 
 
-def session_status_and_ids(tx: Tx, session_id: str, ids: Sequence[str]) -> tuple[int, bool, bool]:
+def session_status_and_ids(
+    tx: Connection, session_id: str, ids: Sequence[str]
+) -> tuple[int, bool, bool]:
     """``session_status``, and whether any of ``ids`` is already stored anywhere."""
     if not ids:  # store-made ids only: nothing to look up
         return *session_status(tx, session_id), False
-    if len(ids) > driver.LIST_CHUNK:
+    if len(ids) > execute.LIST_CHUNK:
         last, pending = session_status(tx, session_id)
         return last, pending, bool(events_by_id(tx, ids))
-    [(last, pending, taken)] = driver.rows(
+    [(last, pending, taken)] = execute.rows(
         tx, SESSION_STATUS_AND_IDS, {"sid": session_id, "ids": list(ids)}
     )
     return int(last), bool(pending), bool(taken)
 
 
 def insert_events(
-    tx: Tx,
+    tx: Connection,
     session_id: str,
     batch: Sequence[ValidEvent],
     *,
@@ -172,7 +174,7 @@ def insert_events(
     if lanes := sorted({event.lane for event in batch if event.lane is not None}):
         busy_lanes = {
             lane
-            for (lane,) in driver.rows_for_each_chunk(
+            for (lane,) in execute.rows_for_each_chunk(
                 tx, PENDING_LANES, {"sid": session_id}, "lanes", lanes
             )
         }
@@ -225,7 +227,7 @@ def insert_events(
                 None,  # claim_expires_at
             )
         )
-    driver.run_many(tx, INSERT_EVENTS, rows)
+    execute.run_many(tx, INSERT_EVENTS, rows)
     return stored
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
+    Connection,
     Select,
     bindparam,
     case,
@@ -17,10 +18,9 @@ from sqlalchemy import (
     select,
 )
 
-from a2sql import driver
+from a2sql import execute
 from a2sql.codec import stored_event
 from a2sql.dialects import Dialect
-from a2sql.driver import Tx
 from a2sql.ops.events import SESSION, session_status
 from a2sql.records import EventPage, SessionPage, SessionSummary
 from a2sql.schema import events as E
@@ -81,7 +81,7 @@ def _summaries(dialect: Dialect, strict_lower: bool, bounded: bool) -> Select[An
 
 
 def list_sessions(
-    tx: Tx, dialect: Dialect, *, prefix: str, cursor: str | None, limit: int
+    tx: Connection, dialect: Dialect, *, prefix: str, cursor: str | None, limit: int
 ) -> SessionPage:
     """Sessions whose id starts with ``prefix``, after ``cursor``, by id (SPEC §3)."""
     upper = prefix_successor(prefix) if prefix else None
@@ -89,7 +89,7 @@ def list_sessions(
     params: dict[str, object] = {"lower": cursor if strict else prefix, "limit": limit + 1}
     if upper is not None:
         params["upper"] = upper
-    rows = driver.rows(tx, _summaries(dialect, strict, upper is not None), params)
+    rows = execute.rows(tx, _summaries(dialect, strict, upper is not None), params)
     sessions = [
         SessionSummary(
             session_id=row[0],
@@ -108,7 +108,7 @@ def list_sessions(
 
 
 def read_events(
-    tx: Tx,
+    tx: Connection,
     session_id: str,
     *,
     after_index: int,
@@ -118,7 +118,7 @@ def read_events(
     """A page of events up to the frontier (the last index at the call), and that cap."""
     frontier, _ = session_status(tx, session_id)
     through = frontier if through_index is None else min(through_index, frontier)
-    rows = driver.rows(
+    rows = execute.rows(
         tx,
         PAGE,
         {"sid": session_id, "after": after_index, "through": through, "limit": limit},

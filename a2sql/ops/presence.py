@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import BindParameter, bindparam, delete, select
+from sqlalchemy import BindParameter, Connection, bindparam, delete, select
 
-from a2sql import driver
+from a2sql import execute
 from a2sql.dialects import Dialect
-from a2sql.driver import Tx
 from a2sql.records import PresenceEntry
 from a2sql.schema import presence as P
 from a2sql.types import Timestamp
@@ -34,7 +33,7 @@ LIVE = (
 
 
 def set_fields(
-    tx: Tx,
+    tx: Connection,
     dialect: Dialect,
     ns: str,
     participant: str,
@@ -52,7 +51,7 @@ def set_fields(
     upserts = []
     for field, value_json in sorted(fields, key=lambda item: item[0]):
         if value_json is None:
-            driver.run(
+            execute.run(
                 tx,
                 DELETE_FIELD,
                 {"ns": ns, "participant": participant, "field": field, "at": at},
@@ -70,15 +69,15 @@ def set_fields(
                 }
             )
     if upserts:
-        driver.run_many(tx, dialect.upsert_presence, upserts)
+        execute.run_many(tx, dialect.upsert_presence, upserts)
 
 
-def read(tx: Tx, ns: str, now: datetime) -> list[PresenceEntry]:
+def read(tx: Connection, ns: str, now: datetime) -> list[PresenceEntry]:
     """Sweep the namespace's expired fields, then return the live ones."""
-    driver.run(tx, SWEEP, {"ns": ns, "now": now})
+    execute.run(tx, SWEEP, {"ns": ns, "now": now})
     return [
         PresenceEntry(participant, field, value, seen, at, expires_at)
-        for participant, field, value, seen, at, expires_at in driver.rows(
+        for participant, field, value, seen, at, expires_at in execute.rows(
             tx, LIVE, {"ns": ns, "now": now}
         )
     ]

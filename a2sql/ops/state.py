@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import Connection, bindparam, select
 
-from a2sql import driver
+from a2sql import execute
 from a2sql.dialects import Dialect
-from a2sql.driver import Tx
 from a2sql.errors import invalid
 from a2sql.ops.events import SESSION, session_status
 from a2sql.records import Event, Snapshot, SnapshotInfo, StateRead
@@ -33,11 +32,11 @@ SNAPSHOTS_OF_SESSION = (
 )
 
 
-def read_state(tx: Tx, session_id: str, reducer_name: str) -> StateRead:
+def read_state(tx: Connection, session_id: str, reducer_name: str) -> StateRead:
     """The reducer's snapshot (or None) and every event after it, by index."""
-    row = driver.first(tx, SNAPSHOT_OF, {"sid": session_id, "reducer": reducer_name})
+    row = execute.first(tx, SNAPSHOT_OF, {"sid": session_id, "reducer": reducer_name})
     snapshot = None if row is None else Snapshot(index=row[0], state=row[1])
-    rows = driver.rows(
+    rows = execute.rows(
         tx,
         EVENTS_AFTER,
         {"sid": session_id, "after": 0 if snapshot is None else snapshot.index},
@@ -46,7 +45,7 @@ def read_state(tx: Tx, session_id: str, reducer_name: str) -> StateRead:
 
 
 def put_snapshot(
-    tx: Tx,
+    tx: Connection,
     dialect: Dialect,
     session_id: str,
     reducer_name: str,
@@ -62,7 +61,7 @@ def put_snapshot(
             f"must be at most the session's last index ({last_index}) "
             f"for session {session_id!r}, got {index}",
         )
-    driver.run(
+    execute.run(
         tx,
         dialect.upsert_snapshot,
         {
@@ -75,8 +74,8 @@ def put_snapshot(
     )
 
 
-def list_snapshots(tx: Tx, session_id: str) -> list[SnapshotInfo]:
+def list_snapshots(tx: Connection, session_id: str) -> list[SnapshotInfo]:
     return [
         SnapshotInfo(reducer_name=name, index=index, updated_at=updated_at)
-        for name, index, updated_at in driver.rows(tx, SNAPSHOTS_OF_SESSION, {"sid": session_id})
+        for name, index, updated_at in execute.rows(tx, SNAPSHOTS_OF_SESSION, {"sid": session_id})
     ]

@@ -28,7 +28,6 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 from a2sql import JSON, A2Error, ClaimRef, ErrorCode, EventCause, NewEvent, Store
-from a2sql.config import READ_ONLY
 from a2sql.schema import events, presence, snapshots
 from tests.async_adapter import BlockingAsyncStore
 
@@ -431,12 +430,10 @@ def dump(store: Store) -> list[list[tuple[Any, ...]]]:
 
         async def run() -> list[list[tuple[Any, ...]]]:
             async with store.async_store.engine.connect() as connection:
-                await connection.execution_options(**{READ_ONLY: True})
                 return [[tuple(r) for r in (await connection.execute(s)).all()] for s in statements]
 
         return store._loop.run(run())
     with store.engine.connect() as connection:
-        connection = connection.execution_options(**{READ_ONLY: True})
         return [[tuple(r) for r in connection.execute(s).all()] for s in statements]
 
 

@@ -1,0 +1,129 @@
+"""How a2sql's transactions begin on SQLite: the connection's pragmas, the write lock up front.
+
+SQLite has one writer at a time. A deferred transaction that reads and then
+writes fails with "database is locked", whatever the busy timeout, when
+another writer committed in between; so a2sql's writing transactions take
+the write lock before their first read (``BEGIN IMMEDIATE``), and its
+reading ones begin deferred, for one consistent snapshot.
+
+This happens in a2sql's own transactions, statement by statement through
+SQLAlchemy, and nowhere else: an engine the application passes in gets no
+``begin`` listener and no change of the driver's isolation level, so the
+application's own transactions begin as they always did.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import OperationalError
+
+from a2sql.errors import invalid
+
+log = logging.getLogger("a2sql")
+
+# Waiting for a SQLite write lock: long enough that a burst of writers from
+# several processes queues rather than fails.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# Switching to WAL takes an exclusive lock and may answer SQLITE_BUSY without
+# consulting the busy handler while several connections race it (cold starts
+# of many processes on one file); the seed retries it, boundedly, too.
+WAL_SWITCH_ATTEMPTS = 100
+WAL_SWITCH_PAUSE_S = 0.005
+
+# Key in the driver connection's ``info``: its pragmas are set.
+_PREPARED = "a2sql_sqlite_prepared"
+
+# A write that changes nothing. It takes the write lock for the transaction
+# it runs in, waiting up to the busy timeout; in a transaction whose snapshot
+# is already stale (it read before another writer committed) it fails at once.
+TAKE_WRITE_LOCK = "DELETE FROM a2_presence WHERE 0"
+
+
+def in_driver_transaction(connection: Connection) -> bool:
+    """Whether the SQLite driver connection under ``connection`` has a transaction open."""
+    return bool(connection.connection.driver_connection.in_transaction)  # type: ignore[union-attr]
+
+
+def prepare(connection: Connection) -> None:
+    """The busy timeout, WAL and ``synchronous = normal``, once per driver connection.
+
+    A busy timeout the application set is kept. WAL cannot be switched on
+    inside a transaction: then it is tried on the next transaction a2sql
+    begins itself, and a file that stays out of WAL is logged once.
+    """
+    info = connection.info
+    if info.get(_PREPARED):
+        return
+    execute = connection.exec_driver_sql
+    if not execute("pragma busy_timeout").scalar():
+        execute(f"pragma busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    if in_driver_transaction(connection):
+        return
+    mode = _switch_to_wal(connection)
+    if mode not in ("wal", "memory"):
+        log.warning(
+            "a2sql: the SQLite database is in journal mode %r, not WAL: readers and the "
+            "writer will block each other",
+            mode,
+        )
+    execute("pragma synchronous = normal")
+    info[_PREPARED] = True
+
+
+def _switch_to_wal(connection: Connection) -> str:
+    for attempt in range(WAL_SWITCH_ATTEMPTS):
+        try:
+            return str(connection.exec_driver_sql("pragma journal_mode = wal").scalar())
+        except OperationalError as error:
+            message = str(error.orig)
+            if ("locked" not in message and "busy" not in message) or (
+                attempt == WAL_SWITCH_ATTEMPTS - 1
+            ):
+                raise
+            time.sleep(WAL_SWITCH_PAUSE_S)
+    raise AssertionError("unreachable")
+
+
+def begin_own(connection: Connection, *, read_only: bool) -> None:
+    """Open the driver's transaction of a transaction a2sql runs itself.
+
+    Called inside ``connection.begin()``, before the first statement.
+    """
+    prepare(connection)
+    if in_driver_transaction(connection):
+        # The engine's own ``begin`` listener opened one (SQLAlchemy's
+        # pysqlite recipe): it has read nothing yet, so taking the write lock
+        # now is as good as BEGIN IMMEDIATE.
+        if not read_only:
+            connection.exec_driver_sql(TAKE_WRITE_LOCK)
+        return
+    connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def hold_write_lock(connection: Connection) -> None:
+    """Make the caller's transaction on ``connection`` hold the write lock before a2sql reads.
+
+    A transaction the driver has not opened yet (pysqlite opens one only
+    before the first INSERT, UPDATE or DELETE) is opened IMMEDIATE; an open
+    one takes the lock now. That fails only where the caller's transaction
+    began deferred and read before another writer committed: a2sql would be
+    reading stale rows, and says so.
+    """
+    prepare(connection)
+    if not in_driver_transaction(connection):
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        return
+    try:
+        connection.exec_driver_sql(TAKE_WRITE_LOCK)
+    except OperationalError as error:
+        if getattr(error.orig, "sqlite_errorname", None) != "SQLITE_BUSY_SNAPSHOT":
+            raise
+        raise invalid(
+            "connection",
+            "on SQLite the transaction must hold the write lock before a2sql reads: it began "
+            "deferred and read before another writer committed. Begin it with store.begin() "
+            "(or BEGIN IMMEDIATE), or let a2sql's operation come before your reads",
+        ) from None

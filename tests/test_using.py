@@ -1,0 +1,290 @@
+"""``store.using(connection)``: a2sql's operations in the application's own transaction.
+
+The application's write and a2sql's completion commit together or not at
+all; an a2sql error undoes only its own operation; two processes completing
+one attempt in their own transactions write the application's table once.
+Both engines, both facades.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import sqlite3
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select, text
+
+import a2sql
+from a2sql import A2Error, ErrorCode, NewEvent, Store
+
+ENGINES = ["sqlite_file", "postgres"]
+
+app_metadata = MetaData()
+orders = Table(
+    "orders",
+    app_metadata,
+    Column("id", Integer, primary_key=True),
+    Column("note", String, nullable=False),
+)
+
+
+@pytest.fixture(params=ENGINES)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite_file":
+        return f"sqlite:///{tmp_path / 'a2.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[Store]:
+    with a2sql.create_store(url, migrate=True) as opened:
+        app_metadata.create_all(opened.engine)
+        yield opened
+
+
+def claimed_attempt(store: Store, session_id: str = "s") -> tuple[int, int]:
+    store.append(session_id, [NewEvent("order.placed", {"n": 1}, id=f"{session_id}-placed")])
+    [claimed] = store.claim_available(session_id, holder="w", ttl_ms=60_000).events
+    return claimed.index, claimed.attempt_count
+
+
+def order_notes(store: Store) -> list[str]:
+    with store.engine.connect() as connection:
+        return list(connection.execute(select(orders.c.note).order_by(orders.c.id)).scalars())
+
+
+def reply(n: int = 1) -> list[NewEvent]:
+    return [NewEvent("order.done", {"n": n}, id=f"done-{n}", settled=True)]
+
+
+def test_the_apps_write_and_the_completion_commit_together(store: Store) -> None:
+    index, attempt = claimed_attempt(store)
+    with store.begin() as connection:
+        connection.execute(insert(orders).values(note="shipped"))
+        result = store.using(connection).complete_attempt(
+            "s", index=index, attempt=attempt, events=reply()
+        )
+        assert result.outcome == "completed"
+        # Not visible outside the caller's transaction before it commits.
+        assert store.read("s")[0].processed_at is None
+    assert order_notes(store) == ["shipped"]
+    events = store.read("s")
+    assert events[0].processed_by_attempt == attempt
+    assert [e.type for e in events] == ["order.placed", "order.done"]
+
+
+def test_a_rollback_undoes_both(store: Store) -> None:
+    index, attempt = claimed_attempt(store)
+    with (
+        pytest.raises(RuntimeError, match="handler failed after completing"),
+        store.begin() as connection,
+    ):
+        connection.execute(insert(orders).values(note="shipped"))
+        store.using(connection).complete_attempt("s", index=index, attempt=attempt, events=reply())
+        raise RuntimeError("handler failed after completing")
+    assert order_notes(store) == []
+    [event] = store.read("s")
+    assert event.processed_at is None
+    # The attempt is still the current one and can complete now.
+    done = store.complete_attempt("s", index=index, attempt=attempt, events=reply())
+    assert done.outcome == "completed"
+
+
+def test_an_a2sql_error_leaves_the_callers_transaction_usable(store: Store) -> None:
+    store.append("other", [NewEvent("t", 0, id="taken")])
+    index, attempt = claimed_attempt(store)
+    with store.begin() as connection:
+        connection.execute(insert(orders).values(note="before"))
+        view = store.using(connection)
+        with pytest.raises(A2Error) as raised:
+            # A returned id already stored elsewhere: the whole completion is refused.
+            view.complete_attempt(
+                "s", index=index, attempt=attempt, events=[NewEvent("r", 0, id="taken")]
+            )
+        assert raised.value.code == ErrorCode.PARTIAL_DUPLICATE_BATCH
+        # The caller's transaction goes on: its earlier write is there, and more work runs.
+        connection.execute(insert(orders).values(note="after"))
+        assert view.complete_attempt("s", index=index, attempt=attempt, events=reply()).outcome == (
+            "completed"
+        )
+    assert order_notes(store) == ["before", "after"]
+    assert store.read("s")[0].processed_by_attempt == attempt
+
+
+def test_every_kind_of_operation_runs_in_the_callers_transaction(store: Store) -> None:
+    with store.begin() as connection:
+        view = store.using(connection)
+        appended = view.append("s", [NewEvent("t", {"k": 1}, id="e1")])
+        assert [e.index for e in appended.events] == [1]
+        [claimed] = view.claim_available("s", holder="w", ttl_ms=60_000).events
+        assert view.renew_claims(
+            "s", holder="w", claims=[a2sql.ClaimRef(1, claimed.attempt_count)], ttl_ms=60_000
+        ).renewed
+        assert view.fail_attempt(
+            "s", index=1, attempt=claimed.attempt_count, error="boom", max_failures=5
+        ).outcome == ("failed")
+        view.put_snapshot("s", "r", 1, {"total": 1})
+        assert view.read_state("s", "r").snapshot is not None
+        assert [s.reducer_name for s in view.inspect.list_snapshots("s")] == ["r"]
+        assert [s.session_id for s in view.inspect.list_sessions().sessions] == ["s"]
+        assert [e.index for e in view.inspect.read_events("s").events] == [1]
+        view.presence.set("ns", "p", {"f": 1}, at=claimed.created_at, seen=1, ttl_ms=60_000)
+        assert [entry.field for entry in view.presence.read("ns")] == ["f"]
+        connection.rollback()
+    # Rolled back: nothing of it is stored.
+    assert store.read("s") == []
+    assert store.inspect.list_sessions().sessions == []
+
+
+def test_a_connection_without_a_transaction_is_refused(store: Store) -> None:
+    with store.engine.connect() as connection, pytest.raises(A2Error) as raised:
+        store.using(connection).append("s", [NewEvent("t", 0)])
+    assert raised.value.code == ErrorCode.INVALID_ARGUMENT
+    assert "transaction" in raised.value.message
+    assert store.read("s") == []
+
+
+def test_not_a_connection_is_refused(store: Store) -> None:
+    with pytest.raises(A2Error) as raised:
+        store.using(store.engine)  # type: ignore[arg-type]
+    assert raised.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_an_engine_begun_transaction_works_too(store: Store) -> None:
+    """``engine.begin()``, with no a2sql helper: the operation takes the lock itself."""
+    index, attempt = claimed_attempt(store)
+    with store.engine.begin() as connection:
+        connection.execute(insert(orders).values(note="shipped"))
+        store.using(connection).complete_attempt("s", index=index, attempt=attempt, events=[])
+    assert order_notes(store) == ["shipped"]
+    assert store.read("s")[0].processed_at is not None
+
+
+def test_sqlite_a_stale_deferred_transaction_is_a_clear_error(tmp_path: Path) -> None:
+    """The caller's SQLite transaction began deferred and read before another writer
+    committed: a2sql refuses at once with INVALID_ARGUMENT, not a later "database is
+    locked", and the caller's transaction is still the caller's to end."""
+    path = tmp_path / "a2.db"
+    with a2sql.create_store(f"sqlite:///{path}") as store:
+        index, attempt = claimed_attempt(store)
+        with store.engine.connect() as connection, connection.begin():
+            connection.exec_driver_sql("BEGIN")  # deferred, as the app chose
+            connection.execute(text("select count(*) from a2_events")).scalar_one()
+            other = sqlite3.connect(path)
+            other.execute("insert into a2_presence values ('n', 'p', 'f', '1', 1, 0, 0)")
+            other.commit()
+            other.close()
+            with pytest.raises(A2Error) as raised:
+                store.using(connection).complete_attempt(
+                    "s", index=index, attempt=attempt, events=[]
+                )
+            assert raised.value.code == ErrorCode.INVALID_ARGUMENT
+            assert "store.begin()" in raised.value.message
+        assert store.complete_attempt("s", index=index, attempt=attempt, events=[]).outcome == (
+            "completed"
+        )
+
+
+def _complete_in_own_transaction(url: str, index: int, attempt: int, start: object) -> str:
+    """A worker's completion: its own write and the completion in one transaction,
+    rolled back unless the completion took effect."""
+
+    class Superseded(Exception):
+        pass
+
+    with a2sql.create_store(url) as store:
+        outcome = "none"
+        start.wait()  # type: ignore[attr-defined]
+        try:
+            with store.begin() as connection:
+                connection.execute(insert(orders).values(note=f"charged by attempt {attempt}"))
+                outcome = (
+                    store.using(connection)
+                    .complete_attempt("s", index=index, attempt=attempt, events=[])
+                    .outcome
+                )
+                if outcome != "completed":
+                    raise Superseded
+        except Superseded:
+            pass
+        return outcome
+
+
+def test_two_processes_completing_one_event_write_the_apps_table_once(
+    store: Store, url: str
+) -> None:
+    """Two workers hold attempts of one event (the first one's lease ran out and the
+    second claimed it again) and complete at the same moment, each in its own
+    transaction with its own write: one completes, the other is superseded and its
+    write rolled back with it."""
+    store.append("s", [NewEvent("order.placed", {"n": 1}, id="placed")])
+    expires = datetime.now(UTC) + timedelta(milliseconds=50)
+    [first] = store.claim_available("s", holder="a", ttl_ms=50, expires_at=expires).events
+    time.sleep(0.1)
+    [second] = store.claim_available("s", holder="b", ttl_ms=60_000).events
+    context = mp.get_context("spawn")
+    start = context.Manager().Event()
+    with context.Pool(2) as pool:
+        pending = [
+            pool.apply_async(_complete_in_own_transaction, (url, claim.index, attempt, start))
+            for claim, attempt in ((first, first.attempt_count), (second, second.attempt_count))
+        ]
+        time.sleep(0.5)  # both workers open and waiting
+        start.set()
+        outcomes = [result.get(timeout=60) for result in pending]
+    assert outcomes == ["superseded", "completed"]
+    assert order_notes(store) == [f"charged by attempt {second.attempt_count}"]
+    assert store.read("s")[0].processed_by_attempt == second.attempt_count
+
+
+# --- the async facade ---------------------------------------------------------------
+
+
+def test_async_the_apps_write_and_the_completion_commit_together(store: Store, url: str) -> None:
+    index, attempt = claimed_attempt(store)
+
+    async def main() -> None:
+        async with a2sql.create_async_store(url) as async_store:
+            async with async_store.begin() as connection:
+                await connection.execute(insert(orders).values(note="shipped"))
+                result = await async_store.using(connection).complete_attempt(
+                    "s", index=index, attempt=attempt, events=reply()
+                )
+                assert result.outcome == "completed"
+            with pytest.raises(RuntimeError):
+                async with async_store.begin() as connection:
+                    await connection.execute(insert(orders).values(note="rolled back"))
+                    await async_store.using(connection).append("s", [NewEvent("t", 0)])
+                    raise RuntimeError("undo both")
+
+    asyncio.run(main())
+    assert order_notes(store) == ["shipped"]
+    assert [e.type for e in store.read("s")] == ["order.placed", "order.done"]
+
+
+def test_async_an_a2sql_error_leaves_the_callers_transaction_usable(store: Store, url: str) -> None:
+    store.append("other", [NewEvent("t", 0, id="taken")])
+    index, attempt = claimed_attempt(store)
+
+    async def main() -> None:
+        async with a2sql.create_async_store(url) as async_store:
+            engine = async_store.engine
+            async with engine.begin() as connection:
+                await connection.execute(insert(orders).values(note="before"))
+                view = async_store.using(connection)
+                with pytest.raises(A2Error) as raised:
+                    await view.complete_attempt(
+                        "s", index=index, attempt=attempt, events=[NewEvent("r", 0, id="taken")]
+                    )
+                assert raised.value.code == ErrorCode.PARTIAL_DUPLICATE_BATCH
+                await connection.execute(insert(orders).values(note="after"))
+                done = await view.complete_attempt("s", index=index, attempt=attempt, events=[])
+                assert done.outcome == "completed"
+
+    asyncio.run(main())
+    assert order_notes(store) == ["before", "after"]
