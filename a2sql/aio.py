@@ -242,7 +242,9 @@ class AsyncStore(AsyncOperations):
         Wakes as ``Store.stream`` does; ``aclose()`` or cancelling the task ends it.
         """
         sid, start, interval = calls.stream_start(self._ctx, session_id, start_after, poll_interval)
-        if self._listener is None and self._engine.dialect.name == "postgresql":
+        listener = self._listener
+        # A forked child listens on a connection of its own.
+        if (listener is None or listener.inherited) and self._engine.dialect.name == "postgresql":
             self._listener = PostgresListener(self._engine.sync_engine, self._database)
             self._listener.start()
         return AsyncEventStream(

@@ -47,10 +47,15 @@ def in_driver_transaction(connection: Connection) -> bool:
     return bool(connection.connection.driver_connection.in_transaction)  # type: ignore[union-attr]
 
 
+def is_prepared(connection: Connection) -> bool:
+    """Whether ``prepare`` has set the pragmas of the driver connection under ``connection``."""
+    return bool(connection.info.get(_PREPARED))
+
+
 def prepare(connection: Connection) -> None:
     """The busy timeout, WAL and ``synchronous = normal``, once per driver connection.
 
-    A busy timeout the application set is kept. WAL cannot be switched on
+    WAL cannot be switched on
     inside a transaction: then it is tried on the next transaction a2sql
     begins itself, and a file that stays out of WAL is logged once.
     """
@@ -58,8 +63,7 @@ def prepare(connection: Connection) -> None:
     if info.get(_PREPARED):
         return
     execute = connection.exec_driver_sql
-    if not execute("pragma busy_timeout").scalar():
-        execute(f"pragma busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    execute(f"pragma busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
     if in_driver_transaction(connection):
         return
     mode = _switch_to_wal(connection)

@@ -23,6 +23,7 @@ from a2sql.clock import Clock, SystemClock
 from a2sql.codec import truncate_ms
 from a2sql.dialects import Dialect
 from a2sql.errors import invalid
+from a2sql.execute import Transaction
 from a2sql.ops import append as append_ops
 from a2sql.ops import attempts as attempt_ops
 from a2sql.ops import claims as claim_ops
@@ -76,7 +77,7 @@ class Context:
 class Call(NamedTuple, Generic[T]):
     """One transaction to run: ``run(tx)`` after locking ``lock_session``."""
 
-    run: Callable[[Connection], T]
+    run: Callable[[Transaction], T]
     lock_session: str | None = None
     read_only: bool = False
     # Whether the result means new events in ``lock_session``: streams are woken.
@@ -97,7 +98,7 @@ def _has_events(result: AppendResult | CompleteResult) -> bool:
     return bool(result.events)
 
 
-def run_in_transaction(connection: Connection, ctx: Context, call: Call[T]) -> T:
+def run_in_transaction(connection: Transaction, ctx: Context, call: Call[T]) -> T:
     """The body of every transaction, sync or async: lock the session, then run."""
     if call.lock_session is not None:
         ctx.dialect.lock_session(
@@ -234,7 +235,7 @@ def claim_available(
         )
     ]
 
-    def run(tx: Connection) -> ClaimResult:
+    def run(tx: Transaction) -> ClaimResult:
         now = ctx.now()
         return claim_ops.claim_available(
             tx, sid, holder=who, now=now, expires_at=expiry(now), exclude_indexes=excluded
@@ -264,7 +265,7 @@ def renew_claims(
     if not refs:
         return Done(RenewResult(renewed=[], superseded=[]))
 
-    def run(tx: Connection) -> RenewResult:
+    def run(tx: Transaction) -> RenewResult:
         now = ctx.now()
         return claim_ops.renew_claims(
             tx, sid, holder=who, claims=refs, now=now, expires_at=expiry(now)
@@ -312,7 +313,7 @@ def complete_attempts(
     if not valid:
         return Done([])
 
-    def run(tx: Connection) -> list[CompleteResult]:
+    def run(tx: Transaction) -> list[CompleteResult]:
         # One clock reading and one lock for the call; each completion then
         # sees the ones before it, exactly as calls one after another would.
         now = ctx.now()
@@ -407,7 +408,7 @@ def presence_set(
     if not encoded:
         return Done(None)
 
-    def run(tx: Connection) -> None:
+    def run(tx: Transaction) -> None:
         presence_ops.set_fields(
             tx,
             ctx.dialect,

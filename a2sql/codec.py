@@ -72,7 +72,7 @@ def _where(session_id: str, index: int) -> str:
     return f"event {index} of session {session_id!r}"
 
 
-def stored_event(row: tuple[Any, ...]) -> StoredEvent:
+def stored_event(row: Sequence[Any]) -> StoredEvent:
     """A full ``a2_events`` row (every column, in table order) as a ``StoredEvent``."""
     (
         session_id,
@@ -129,7 +129,7 @@ def stored_event(row: tuple[Any, ...]) -> StoredEvent:
 
 
 def claimed_event(
-    row: tuple[Any, ...], session_id: str, *, now: datetime, holder: str, expires_at: datetime
+    row: Sequence[Any], session_id: str, *, now: datetime, holder: str, expires_at: datetime
 ) -> StoredEvent:
     """A ``StoredEvent`` just claimed: the columns the claim returns (ops.claims.CLAIM),
     and what it set itself. ``now`` and ``expires_at`` are in UTC, as every row read

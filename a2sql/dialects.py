@@ -10,12 +10,13 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sqlalchemy import BindParameter, Connection, bindparam, func, literal_column, select
+from sqlalchemy import BindParameter, bindparam, func, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Insert
 
 from a2sql import execute
+from a2sql.execute import Transaction
 from a2sql.schema import presence, snapshots
 from a2sql.stream import POSTGRES_POLL_INTERVAL_S, SQLITE_POLL_INTERVAL_S
 from a2sql.types import Timestamp
@@ -34,7 +35,7 @@ class Dialect:
     upsert_snapshot: Insert
     upsert_presence: Insert
 
-    def lock_session(self, tx: Connection, session_id: str, *, announce: bool) -> None:
+    def lock_session(self, tx: Transaction, session_id: str, *, announce: bool) -> None:
         """First statement of every mutating transaction on a session.
 
         ``announce``: the transaction may add events, so other processes'
@@ -82,7 +83,7 @@ class SqliteDialect(Dialect):
     def __init__(self) -> None:
         self._build_upserts(sqlite.insert)
 
-    def lock_session(self, tx: Connection, session_id: str, *, announce: bool) -> None:
+    def lock_session(self, tx: Transaction, session_id: str, *, announce: bool) -> None:
         # BEGIN IMMEDIATE (a2sql.begin) already holds the database's write lock,
         # and other processes' streams poll.
         return None
@@ -112,7 +113,7 @@ class PostgresDialect(Dialect):
     def __init__(self) -> None:
         self._build_upserts(postgresql.insert)
 
-    def lock_session(self, tx: Connection, session_id: str, *, announce: bool) -> None:
+    def lock_session(self, tx: Transaction, session_id: str, *, announce: bool) -> None:
         statement = self._lock_and_notify if announce else self._lock
         execute.run(tx, statement, {"sid": session_id})
 

@@ -20,4 +20,10 @@ def encode_json(value: Any) -> str:
 
 def decode_json(text: str) -> Any:
     """The value of JSON ``text``, as ``json.loads`` gives it (and its errors)."""
-    return _DECODER.decode(text)
+    # Stored text starts with its value and ends with it: raw_decode skips the
+    # whitespace scans of decode(), which handles any other text.
+    try:
+        value, end = _DECODER.raw_decode(text)
+    except ValueError:
+        return _DECODER.decode(text)
+    return value if end == len(text) else _DECODER.decode(text)

@@ -6,19 +6,23 @@ on return). ``PooledTransactions`` keeps a few ``Connection``s open between a
 store's transactions and runs each transaction on one: ``begin()``, the body,
 commit, or rollback when the body raises. Everything goes through the
 ``Connection``, so the engine's listeners see a2sql's transactions as any
-other: ``begin``, ``commit``, ``rollback``, and every statement in between.
+other: ``begin``, ``commit``, ``rollback``, and every statement in between;
+on SQLite, while nothing observes the engine, the transaction runs on the
+connection's driver cursor instead (``a2sql.direct``).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from a2sql.begin import begin_own
+from a2sql import forks
+from a2sql.begin import begin_own, is_prepared
+from a2sql.direct import DirectTransaction, can_run_directly, observed
+from a2sql.execute import Transaction
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -31,18 +35,6 @@ KEEP_IDLE = 4
 # use, so the pool's own checks (pre-ping, recycle, invalidation after a
 # failure seen elsewhere) apply to it again.
 MAX_IDLE_S = 1.0
-
-
-# Bumped in every forked child: connections kept before a fork are the parent's.
-_forks = 0
-
-
-def _forked() -> None:
-    global _forks
-    _forks += 1
-
-
-os.register_at_fork(after_in_child=_forked)
 
 
 class _Kept(NamedTuple):
@@ -58,8 +50,9 @@ class PooledTransactions:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._sqlite = engine.dialect.name == "sqlite"
+        self._direct = can_run_directly(engine)
         self._idle: list[_Kept] = []
-        self._forks = _forks
+        self._forks = forks.generation()
         self._abandoned: list[_Kept] = []
         self._closed = False
 
@@ -69,13 +62,16 @@ class PooledTransactions:
         return len(self._idle)
 
     def run(
-        self, body: Callable[[Connection, C, A], T], context: C, call: A, *, read_only: bool
+        self, body: Callable[[Transaction, C, A], T], context: C, call: A, *, read_only: bool
     ) -> T:
         """``body(connection, context, call)`` in one transaction: committed if it returns,
         rolled back if it raises. (Its arguments are passed on rather than bound in a
         closure: this runs for every call.)"""
         connection = self._take()
         try:
+            # The connection's pragmas are set through the Connection, once.
+            if self._direct and is_prepared(connection) and not observed(self._engine):
+                return _run_direct(connection, body, context, call, read_only=read_only)
             with connection.begin():
                 if self._sqlite:
                     begin_own(connection, read_only=read_only)
@@ -89,14 +85,14 @@ class PooledTransactions:
         self._drop_idle()
 
     def _take(self) -> Connection:
-        if self._forks != _forks:
+        if self._forks != forks.generation():
             # A forked child: the idle connections are the parent's, in use
             # there. Closing them, or letting SQLAlchemy's garbage collection
             # of unreturned connections close them, would end the parent's
             # sessions; they are set aside, untouched, for the child's life.
             self._abandoned = self._idle
             self._idle = []
-            self._forks = _forks
+            self._forks = forks.generation()
         now = time.monotonic()
         while self._idle:
             try:
@@ -125,3 +121,33 @@ class PooledTransactions:
             except IndexError:
                 return
             kept.connection.close()
+
+
+def _run_direct(
+    connection: Connection,
+    body: Callable[[Transaction, C, A], T],
+    context: C,
+    call: A,
+    *,
+    read_only: bool,
+) -> T:
+    """``PooledTransactions.run``'s transaction on the connection's driver cursor."""
+    pooled = connection.connection
+    tx = DirectTransaction(pooled, connection.dialect)
+    try:
+        tx.send("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        try:
+            result = body(tx, context, call)
+            # As a statement: the driver keeps it prepared, where its commit()
+            # prepares COMMIT anew each time.
+            tx.send("COMMIT")
+        except BaseException:
+            if pooled.is_valid and pooled.driver_connection.in_transaction:  # type: ignore[union-attr]
+                try:
+                    tx.send("ROLLBACK")
+                except Exception as error:  # the failure being handled is the one to report
+                    pooled.invalidate(error)
+            raise
+        return result
+    finally:
+        tx.close()

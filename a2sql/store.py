@@ -229,7 +229,9 @@ class Store(Operations):
         )
 
     def _listen(self) -> None:
-        if self._listener is None and self._engine.dialect.name == "postgresql":
+        listener = self._listener
+        # A forked child listens on a connection of its own.
+        if (listener is None or listener.inherited) and self._engine.dialect.name == "postgresql":
             self._listener = PostgresListener(self._engine, self._database)
             self._listener.start()
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 from sqlalchemy import Engine
 
+from a2sql import forks
+
 log = logging.getLogger(__name__)
 
 # The PostgreSQL channel a2sql notifies on; the payload is the session id.
@@ -97,7 +99,14 @@ class PostgresListener:
         self._started = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="a2sql-listen", daemon=True)
+        self._generation = forks.generation()
         self.listening = threading.Event()
+
+    @property
+    def inherited(self) -> bool:
+        """Whether this listener is a forked parent's: its thread does not run here, and
+        its connection is the parent's to use and close."""
+        return self._generation != forks.generation()
 
     def start(self) -> None:
         with self._lock:
@@ -106,6 +115,8 @@ class PostgresListener:
                 self._thread.start()
 
     def stop(self) -> None:
+        if self.inherited:
+            return
         self._stop.set()
         if self._started:
             self._thread.join(timeout=LISTEN_TICK_S * 4)

@@ -75,27 +75,29 @@ class A2sqlImpl:
     name = "a2sql"
 
     def __init__(self, url: str) -> None:
-        self.store = a2sql.create_store(url, migrate=False)
+        self._timed = a2sql.create_store(url, migrate=False)
+        # Counting is done on a second store of the same database, running the
+        # same code: a listener on an engine makes its SQLite transactions take
+        # the Connection path for good (a2sql.direct.observed), so the timed
+        # store's engine never gets one.
+        self._counted = a2sql.create_store(url, migrate=False)
+        self.store = self._timed
         self.statements = 0
-
-    def _count(self, *_args: Any, **_kw: Any) -> None:
-        self.statements += 1
-
-    def counting(self, on: bool) -> None:
-        """Count with SQLAlchemy listeners; with them attached the store runs its
-        transactions on SQLAlchemy Connections (so they see every statement),
-        which is slower: counting is kept out of the timed rounds."""
-        engine = self.store.engine
+        engine = self._counted.engine
         hooks = ["before_cursor_execute", "commit", "rollback"]
         if engine.dialect.name == "postgresql":
             # psycopg sends BEGIN before a transaction's first statement; on
             # SQLite a2sql's own BEGIN IMMEDIATE is a cursor execute already.
             hooks.append("begin")
         for hook in hooks:
-            if on:
-                event.listen(engine, hook, self._count)
-            else:
-                event.remove(engine, hook, self._count)
+            event.listen(engine, hook, self._count)
+
+    def _count(self, *_args: Any, **_kw: Any) -> None:
+        self.statements += 1
+
+    def counting(self, on: bool) -> None:
+        """Send the calls to the counted store from now on, or back to the timed one."""
+        self.store = self._counted if on else self._timed
 
     def append(self, session_id: str, payloads: Sequence[JSON]) -> int:
         result = self.store.append(session_id, [NewEvent(EVENT_TYPE, p) for p in payloads])
@@ -133,7 +135,8 @@ class A2sqlImpl:
         return len(page.events)
 
     def close(self) -> None:
-        self.store.close()
+        self._timed.close()
+        self._counted.close()
 
 
 def open_baseline(engine: str, driver_dsn: str) -> Impl:

@@ -208,6 +208,51 @@ def test_two_sqlite_memory_stores_are_separate_databases() -> None:
         assert two.read("s") == []
 
 
+def test_engine_passed_in_keeps_beginning_its_own_transactions_as_it_did(
+    tmp_path: Path,
+) -> None:
+    """a2sql adds no ``begin`` listener and leaves the driver's isolation level: the
+    application's transactions begin as before (pysqlite opens none for a SELECT), while
+    a2sql's own writes still take the write lock up front."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'own.db'}")
+    try:
+        with engine.connect() as connection:
+            level = connection.connection.driver_connection.isolation_level  # type: ignore[union-attr]
+        with a2sql.create_store(engine) as store:
+            statements = record_statements(engine)
+            store.append("s", [NewEvent("t", 1, id="e1")])
+            assert statements[0].upper() == "BEGIN IMMEDIATE"
+            with engine.connect() as connection, connection.begin():
+                driver = connection.connection.driver_connection
+                assert connection.execute(text("select count(*) from a2_events")).scalar() == 1
+                assert driver.isolation_level == level  # type: ignore[union-attr]
+                assert not driver.in_transaction  # type: ignore[union-attr]
+                # The application holds no lock: a2sql's writer goes ahead meanwhile.
+                store.append("s", [NewEvent("t", 2, id="e2")])
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("listener", [False, True])
+def test_engine_passed_in_gets_the_pragmas_whatever_listeners_it_has(
+    tmp_path: Path, listener: bool
+) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'own.db'}")
+    if listener:
+        record_statements(engine)
+    try:
+        with a2sql.create_store(engine) as store:
+            store.append("s", [NewEvent("t", 1, id="e1")])
+            with store.begin() as connection:
+                pragma = connection.exec_driver_sql
+                assert pragma("pragma journal_mode").scalar_one() == "wal"
+                assert pragma("pragma busy_timeout").scalar_one() == (
+                    a2_config.SQLITE_BUSY_TIMEOUT_MS
+                )
+    finally:
+        engine.dispose()
+
+
 # --- SQLite pragmas and transactions --------------------------------------------------
 
 

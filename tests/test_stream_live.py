@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import select
 import subprocess
 import sys
@@ -277,6 +278,39 @@ def test_postgres_append_from_another_process_wakes_stream_via_listen_notify(
     finally:
         writer.kill()
     assert latency < WAKE_DEADLINE_S
+
+
+def _stream_in_forked_child(store: Store, ready: Any, delivered: Any) -> None:
+    """In a forked child: wait for one event on the store inherited from the parent."""
+    # SQLAlchemy's advice for a forked child: drop the pool's inherited connections.
+    store.engine.dispose(close=False)
+    with store.stream("s", poll_interval=LONG_POLL_S) as stream:
+        reader = Reader(stream, want=1)
+        time.sleep(SETTLE_S)
+        ready.set()
+        delivered.put(reader.wait(WAKE_DEADLINE_S * 2))
+
+
+@pytest.mark.parametrize("live_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("facade", ["sync"], indirect=True)
+def test_postgres_a_forked_childs_stream_wakes_via_listen_notify(live: Store) -> None:
+    """stream on PostgreSQL after fork(): the parent's LISTEN thread does not run in the
+    child, which listens on a connection of its own and is woken by the parent's commit
+    long before its poll interval."""
+    live.stream("s", poll_interval=LONG_POLL_S).close()  # the parent listens from now on
+    context = multiprocessing.get_context("fork")
+    ready, delivered = context.Event(), context.Queue()
+    child = context.Process(target=_stream_in_forked_child, args=(live, ready, delivered))
+    child.start()
+    try:
+        assert ready.wait(20), "the child did not start streaming"
+        live.append("s", [NewEvent("t")])
+        assert delivered.get(timeout=WAKE_DEADLINE_S * 4), "the child's stream waited for its poll"
+    finally:
+        child.join(timeout=10)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
 
 
 def test_many_waiting_streams_hold_no_pooled_connection_and_all_wake(live: Store) -> None:

@@ -25,6 +25,7 @@ from sqlalchemy import Engine, create_engine, event, text
 
 import a2sql
 from a2sql import A2Error, ClaimRef, Completion, ErrorCode, NewEvent, Store
+from a2sql.direct import observed
 
 ENGINES = ["sqlite_file", "postgres"]
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -236,3 +237,38 @@ def test_handle_error_sees_a2sqls_failures(url: str) -> None:
             store.read_state("s", "r")
         assert raised.value.code == ErrorCode.STORE_UNAVAILABLE
         assert any("a2_snapshots" in statement for statement in failures)
+
+
+def test_what_makes_an_engine_observed(tmp_path: Path) -> None:
+    """Store's SQLite transactions run on the driver's cursor only while nothing could
+    tell: any connection or dialect listener, SQL logging, or engine execution options
+    send them through ``Connection.execute`` (``a2sql.direct.observed``)."""
+
+    def fresh() -> Engine:
+        return create_engine(f"sqlite:///{tmp_path / 'a2.db'}")
+
+    engine = fresh()
+    assert not observed(engine)
+    event.listen(engine, "connect", lambda *_: None)  # a pool event sees no statement
+    assert not observed(engine)
+    event.listen(engine, "handle_error", lambda *_: None)
+    assert observed(engine)
+
+    engine = fresh()
+    event.listen(engine, "do_execute", lambda *_: None)  # a dialect event
+    assert observed(engine)
+
+    engine = fresh()
+    engine.echo = True
+    assert observed(engine)
+
+    engine = fresh()
+    logger = logging.getLogger("sqlalchemy.engine")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        assert observed(engine)
+    finally:
+        logger.setLevel(level)
+    assert not observed(engine)
+    assert observed(engine.execution_options(schema_translate_map={None: "main"}))

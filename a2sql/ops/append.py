@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import bindparam, select
 
 from a2sql import execute
 from a2sql.codec import stored_event
 from a2sql.errors import A2Error, ErrorCode
+from a2sql.execute import Transaction
 from a2sql.ops.events import (
     EVENTS_BETWEEN,
     MAX_INDEX,
@@ -29,7 +30,7 @@ PARENT_ATTEMPTS = select(E.c.idx, E.c.attempt_count, E.c.failed_at).where(
 )
 
 
-def has_pending(tx: Connection, session_id: str) -> AppendResult:
+def has_pending(tx: Transaction, session_id: str) -> AppendResult:
     """An empty append: nothing written, only whether the session has unprocessed events."""
     return AppendResult(events=[], has_pending=session_status(tx, session_id)[1])
 
@@ -44,7 +45,7 @@ def duplicate_ids(ids: Sequence[str]) -> str | None:
 
 
 def append(
-    tx: Connection,
+    tx: Transaction,
     session_id: str,
     batch: Sequence[ValidEvent],
     *,
@@ -75,7 +76,7 @@ def append(
 
 
 def _replay_or_reject(
-    tx: Connection,
+    tx: Transaction,
     session_id: str,
     batch: Sequence[ValidEvent],
     existing: dict[str, StoredEvent],
@@ -96,7 +97,7 @@ def _replay_or_reject(
     return AppendResult(events=stored, has_pending=session_status(tx, session_id)[1])
 
 
-def _check_fence(tx: Connection, session_id: str, batch: Sequence[ValidEvent]) -> None:
+def _check_fence(tx: Transaction, session_id: str, batch: Sequence[ValidEvent]) -> None:
     """Events caused by an attempt commit only while that attempt is still current."""
     causes = [event.cause for event in batch if event.cause is not None]
     if not causes:
@@ -127,7 +128,7 @@ def _check_fence(tx: Connection, session_id: str, batch: Sequence[ValidEvent]) -
 
 
 def read(
-    tx: Connection, session_id: str, after_index: int | None, through_index: int | None
+    tx: Transaction, session_id: str, after_index: int | None, through_index: int | None
 ) -> list[StoredEvent]:
     """Events with ``after_index < index <= through_index``, by index."""
     rows = execute.rows(

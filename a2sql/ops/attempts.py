@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, false, null, select, true, update
+from sqlalchemy import bindparam, false, null, select, true, update
 from sqlalchemy.exc import DBAPIError
 
 from a2sql import execute
 from a2sql.codec import encode_ids, stored_event
 from a2sql.errors import A2Error, ErrorCode, is_event_id_collision
+from a2sql.execute import Transaction
 from a2sql.ops.append import duplicate_ids
 from a2sql.ops.events import (
     EVENT_AT,
@@ -90,7 +91,7 @@ MARK_FAILED = (
 )
 
 
-def _event_at(tx: Connection, session_id: str, index: int) -> StoredEvent:
+def _event_at(tx: Transaction, session_id: str, index: int) -> StoredEvent:
     row = execute.first(tx, EVENT_AT, {"sid": session_id, "index": index})
     if row is None:
         raise A2Error(
@@ -100,7 +101,7 @@ def _event_at(tx: Connection, session_id: str, index: int) -> StoredEvent:
 
 
 def complete_attempt(
-    tx: Connection,
+    tx: Transaction,
     session_id: str,
     *,
     index: int,
@@ -155,7 +156,7 @@ def complete_attempt(
 
 
 def _append_returned(
-    tx: Connection,
+    tx: Transaction,
     session_id: str,
     lane: str | None,
     caused: Sequence[ValidEvent],
@@ -182,7 +183,7 @@ def _append_returned(
 
 
 def _replay(
-    tx: Connection,
+    tx: Transaction,
     session_id: str,
     parent: StoredEvent,
     caused: Sequence[ValidEvent],
@@ -213,7 +214,7 @@ def _replay(
 
 
 def fail_attempt(
-    tx: Connection,
+    tx: Transaction,
     session_id: str,
     *,
     index: int,

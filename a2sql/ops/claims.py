@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from operator import itemgetter
 
-from sqlalchemy import Connection, bindparam, func, or_, select, true, tuple_, update
+from sqlalchemy import bindparam, func, or_, select, true, tuple_, update
 
 from a2sql import execute
 from a2sql.codec import claimed_event
+from a2sql.execute import Transaction
 from a2sql.ops.events import ONE_ROW, SESSION
 from a2sql.records import ClaimRef, ClaimResult, RenewResult
 from a2sql.schema import events as E
@@ -89,7 +91,7 @@ RENEW = (
 
 
 def claim_available(
-    tx: Connection,
+    tx: Transaction,
     session_id: str,
     *,
     holder: str,
@@ -108,7 +110,7 @@ def claim_available(
     claimed_at, expiry = now.astimezone(UTC), expires_at.astimezone(UTC)
     claimed = [
         claimed_event(row, session_id, now=claimed_at, holder=holder, expires_at=expiry)
-        for row in sorted(execute.rows(tx, statement, params))  # by index, the first column
+        for row in sorted(execute.rows(tx, statement, params), key=itemgetter(0))  # by index
     ]
     if claimed:
         return ClaimResult("claimed", claimed)
@@ -119,7 +121,7 @@ def claim_available(
 
 
 def renew_claims(
-    tx: Connection,
+    tx: Transaction,
     session_id: str,
     *,
     holder: str,

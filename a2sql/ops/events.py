@@ -9,7 +9,6 @@ from typing import Any, NamedTuple
 from sqlalchemy import (
     BindParameter,
     ColumnClause,
-    Connection,
     ScalarSelect,
     bindparam,
     exists,
@@ -22,6 +21,7 @@ from sqlalchemy import (
 from a2sql import execute
 from a2sql.codec import canonical_json, encode_cause, stored_event
 from a2sql.errors import A2Error, ErrorCode
+from a2sql.execute import Transaction
 from a2sql.jsontext import decode_json
 from a2sql.records import EventCause, StoredEvent
 from a2sql.schema import events as E
@@ -123,7 +123,7 @@ INSERT_EVENTS = insert(E).values(
 )
 
 
-def events_by_id(tx: Connection, ids: Sequence[str]) -> dict[str, StoredEvent]:
+def events_by_id(tx: Transaction, ids: Sequence[str]) -> dict[str, StoredEvent]:
     """The stored events with these ids, in any session."""
     found: dict[str, StoredEvent] = {}
     for row in execute.rows_for_each_chunk(tx, EVENTS_BY_ID, {}, "ids", ids):
@@ -132,14 +132,14 @@ def events_by_id(tx: Connection, ids: Sequence[str]) -> dict[str, StoredEvent]:
     return found
 
 
-def session_status(tx: Connection, session_id: str) -> tuple[int, bool]:
+def session_status(tx: Transaction, session_id: str) -> tuple[int, bool]:
     """The session's last index (0 when empty) and whether any event is unprocessed."""
     [(last, pending)] = execute.rows(tx, SESSION_STATUS, {"sid": session_id})
     return int(last), bool(pending)
 
 
 def session_status_and_ids(
-    tx: Connection, session_id: str, ids: Sequence[str]
+    tx: Transaction, session_id: str, ids: Sequence[str]
 ) -> tuple[int, bool, bool]:
     """``session_status``, and whether any of ``ids`` is already stored anywhere."""
     if not ids:  # store-made ids only: nothing to look up
@@ -154,7 +154,7 @@ def session_status_and_ids(
 
 
 def insert_events(
-    tx: Connection,
+    tx: Transaction,
     session_id: str,
     batch: Sequence[ValidEvent],
     *,

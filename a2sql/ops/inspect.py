@@ -9,7 +9,6 @@ from typing import Any
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
-    Connection,
     Select,
     bindparam,
     case,
@@ -21,6 +20,7 @@ from sqlalchemy import (
 from a2sql import execute
 from a2sql.codec import stored_event
 from a2sql.dialects import Dialect
+from a2sql.execute import Transaction
 from a2sql.ops.events import SESSION, session_status
 from a2sql.records import EventPage, SessionPage, SessionSummary
 from a2sql.schema import events as E
@@ -81,7 +81,7 @@ def _summaries(dialect: Dialect, strict_lower: bool, bounded: bool) -> Select[An
 
 
 def list_sessions(
-    tx: Connection, dialect: Dialect, *, prefix: str, cursor: str | None, limit: int
+    tx: Transaction, dialect: Dialect, *, prefix: str, cursor: str | None, limit: int
 ) -> SessionPage:
     """Sessions whose id starts with ``prefix``, after ``cursor``, by id (SPEC §3)."""
     upper = prefix_successor(prefix) if prefix else None
@@ -108,7 +108,7 @@ def list_sessions(
 
 
 def read_events(
-    tx: Connection,
+    tx: Transaction,
     session_id: str,
     *,
     after_index: int,

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import BindParameter, Connection, bindparam, delete, select
+from sqlalchemy import BindParameter, bindparam, delete, select
 
 from a2sql import execute
 from a2sql.dialects import Dialect
+from a2sql.execute import Transaction
 from a2sql.records import PresenceEntry
 from a2sql.schema import presence as P
 from a2sql.types import Timestamp
@@ -33,7 +34,7 @@ LIVE = (
 
 
 def set_fields(
-    tx: Connection,
+    tx: Transaction,
     dialect: Dialect,
     ns: str,
     participant: str,
@@ -72,7 +73,7 @@ def set_fields(
         execute.run_many(tx, dialect.upsert_presence, upserts)
 
 
-def read(tx: Connection, ns: str, now: datetime) -> list[PresenceEntry]:
+def read(tx: Transaction, ns: str, now: datetime) -> list[PresenceEntry]:
     """Sweep the namespace's expired fields, then return the live ones."""
     execute.run(tx, SWEEP, {"ns": ns, "now": now})
     return [

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import bindparam, select
 
 from a2sql import execute
 from a2sql.dialects import Dialect
 from a2sql.errors import invalid
+from a2sql.execute import Transaction
 from a2sql.ops.events import SESSION, session_status
 from a2sql.records import Event, Snapshot, SnapshotInfo, StateRead
 from a2sql.schema import events as E
@@ -32,7 +33,7 @@ SNAPSHOTS_OF_SESSION = (
 )
 
 
-def read_state(tx: Connection, session_id: str, reducer_name: str) -> StateRead:
+def read_state(tx: Transaction, session_id: str, reducer_name: str) -> StateRead:
     """The reducer's snapshot (or None) and every event after it, by index."""
     row = execute.first(tx, SNAPSHOT_OF, {"sid": session_id, "reducer": reducer_name})
     snapshot = None if row is None else Snapshot(index=row[0], state=row[1])
@@ -45,7 +46,7 @@ def read_state(tx: Connection, session_id: str, reducer_name: str) -> StateRead:
 
 
 def put_snapshot(
-    tx: Connection,
+    tx: Transaction,
     dialect: Dialect,
     session_id: str,
     reducer_name: str,
@@ -74,7 +75,7 @@ def put_snapshot(
     )
 
 
-def list_snapshots(tx: Connection, session_id: str) -> list[SnapshotInfo]:
+def list_snapshots(tx: Transaction, session_id: str) -> list[SnapshotInfo]:
     return [
         SnapshotInfo(reducer_name=name, index=index, updated_at=updated_at)
         for name, index, updated_at in execute.rows(tx, SNAPSHOTS_OF_SESSION, {"sid": session_id})
