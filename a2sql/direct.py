@@ -1,14 +1,14 @@
-"""SQLite transactions on the driver's cursor, for an engine nothing observes.
+"""Transactions on the driver's cursor, for an engine nothing observes.
 
-On SQLite a2sql's cost is Python, and ``Connection.execute`` costs ~20 µs
-a statement here (execution context, parameter processing, result object)
-against ~10 µs for the statement itself: a cycle of append, claim and
-complete ran at half the speed of the same work on ``sqlite3``. So when
-nothing can tell the difference, a2sql's own SQLite transactions run
-their statements on the pooled driver connection's cursor: the same SQL
-(compiled by SQLAlchemy from the same constructs), the same bind and result
-processing (the types' own processors), driver errors wrapped as
-SQLAlchemy wraps them.
+``Connection.execute`` costs ~20 µs of Python a statement on SQLite here
+(execution context, parameter processing, result object), against ~10 µs
+for the statement itself, and ~80 µs with psycopg: a cycle of append, claim
+and complete ran at half the speed of the same work on ``sqlite3``, and 0.75
+of it on psycopg. So when nothing can tell the difference, ``Store``'s own
+transactions run their statements on the pooled driver connection's cursor:
+the same SQL (compiled by SQLAlchemy from the same constructs), the same bind
+and result processing (the types' own processors), driver errors wrapped and
+lost connections invalidated as SQLAlchemy does it.
 
 "Nothing can tell" is checked at the start of every transaction
 (``observed``), so a listener or ``echo`` attached at any time, before or
@@ -19,14 +19,13 @@ those then run through ``Connection.execute``.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from typing import Any, NamedTuple, NoReturn, cast
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -54,12 +53,14 @@ def observed(engine: Engine) -> bool:
     )
 
 
+# The drivers with a direct path, and the paramstyle a2sql builds parameters for.
+DIRECT_DRIVERS = {("sqlite", "pysqlite"): "qmark", ("postgresql", "psycopg"): "pyformat"}
+
+
 def can_run_directly(engine: Engine) -> bool:
-    """The engines with a direct path: SQLite on the standard library's driver."""
+    """Whether ``engine``'s driver has a direct path (sqlite3, psycopg's sync mode)."""
     dialect = engine.dialect
-    return (
-        dialect.name == "sqlite" and dialect.driver == "pysqlite" and dialect.paramstyle == "qmark"
-    )
+    return DIRECT_DRIVERS.get((dialect.name, dialect.driver)) == dialect.paramstyle
 
 
 class _Bind(NamedTuple):
@@ -73,7 +74,7 @@ class _Shape(NamedTuple):
     """An expanding statement rendered for one set of list lengths."""
 
     sql: str
-    names: Sequence[str]
+    names: Sequence[str] | None
     processors: Mapping[str, Processor]
     expansion: Mapping[str, Sequence[str]]
 
@@ -83,20 +84,31 @@ def _bind_processor(type_: Any, dialect: Dialect) -> Processor | None:
 
 
 class _Prepared:
-    """One statement compiled for SQLite, with its bind plan and result processors."""
+    """One statement compiled for one dialect, with its bind plan and result processors."""
 
-    __slots__ = ("binds", "compiled", "fetch", "known", "result_processors", "shapes", "sql")
+    __slots__ = (
+        "binds",
+        "compiled",
+        "fetch",
+        "known",
+        "positional",
+        "result_processors",
+        "shapes",
+        "sql",
+    )
 
     def __init__(self, statement: Executable, dialect: Dialect) -> None:
         assert isinstance(statement, ClauseElement)
         compiled = statement.compile(dialect=dialect)
-        assert isinstance(compiled, SQLCompiler) and compiled.positiontup is not None
+        assert isinstance(compiled, SQLCompiler)
         self.compiled = compiled
         self.sql = compiled.string
         binds = compiled.binds
         expanding = any(bind.expanding for bind in binds.values())
         self.shapes: dict[tuple[int, ...], _Shape] | None = {} if expanding else None
-        # In the order the SQL takes them.
+        # In the order the SQL takes them (positional), or by name.
+        self.positional = compiled.positiontup is not None
+        names = compiled.positiontup if compiled.positiontup is not None else list(binds)
         self.binds = [
             _Bind(
                 binds[name].key,
@@ -104,7 +116,7 @@ class _Prepared:
                 _REQUIRED if binds[name].required else binds[name].effective_value,
                 _bind_processor(binds[name].type, dialect),
             )
-            for name in compiled.positiontup
+            for name in names
         ]
         # For the common call, which names every required bind by its key: (key,
         # processor) to look up, or (None, the processed value) for a bind with a
@@ -125,17 +137,22 @@ class _Prepared:
             is not None
         ]
 
-    def arguments(self, params: Params) -> tuple[str, tuple[Any, ...]]:
-        """The SQL and its positional parameters for ``params``."""
+    def arguments(self, params: Params) -> tuple[str, Any]:
+        """The SQL and the driver's parameters for ``params``."""
         if self.shapes is not None:
             return self._expanded(params)
         try:
-            return self.sql, tuple(
+            values = [
                 known if key is None else params[key] if known is None else known(params[key])
                 for key, known in self.known
-            )
+            ]
         except KeyError:  # a bind named otherwise, or missing: the full rules
-            pass
+            values = self._values(params)
+        if self.positional:
+            return self.sql, tuple(values)
+        return self.sql, {bind.name: value for bind, value in zip(self.binds, values, strict=True)}
+
+    def _values(self, params: Params) -> list[Any]:
         values = []
         for key, name, default, process in self.binds:
             if key in params:
@@ -147,9 +164,9 @@ class _Prepared:
             else:
                 value = default
             values.append(value if process is None else process(value))
-        return self.sql, tuple(values)
+        return values
 
-    def _expanded(self, params: Params) -> tuple[str, tuple[Any, ...]]:
+    def _expanded(self, params: Params) -> tuple[str, Any]:
         assert self.shapes is not None
         lengths = tuple(
             len(params[bind.key]) for bind in self.compiled.binds.values() if bind.expanding
@@ -157,7 +174,6 @@ class _Prepared:
         shape = self.shapes.get(lengths)
         if shape is None:
             state = self.compiled.construct_expanded_state(dict(params))
-            assert state.positiontup is not None
             shape = _Shape(
                 state.statement,
                 state.positiontup,
@@ -177,11 +193,12 @@ class _Prepared:
                 items = [item for row in items for item in row]
             values.update(zip(expanded, items, strict=True))
         processors = shape.processors
-        return shape.sql, tuple(
-            value if (process := processors.get(name)) is None else process(value)
-            for name in shape.names
-            for value in (values[name],)
-        )
+        for name, process in processors.items():
+            if name in values:
+                values[name] = process(values[name])
+        if shape.names is None:
+            return shape.sql, values
+        return shape.sql, tuple(values[name] for name in shape.names)
 
     def rows(self, found: list[Row]) -> list[Row]:
         if not self.result_processors:
@@ -196,25 +213,60 @@ class _Prepared:
 
 
 # Statements are module-level constants that live as long as the process:
-# keyed by id(), compiled once per SQLite dialect class.
-_prepared: dict[int, _Prepared] = {}
+# compiled once per driver, keyed by id().
+_prepared: dict[tuple[str, int], _Prepared] = {}
 
 
 class DirectTransaction:
-    """One a2sql transaction on a pooled pysqlite connection's cursor."""
+    """One a2sql transaction on a pooled driver connection's cursor."""
 
-    __slots__ = ("_cursor", "_dialect", "_pooled")
+    __slots__ = ("_connection", "_cursor", "_dialect", "_engine", "_error", "_pooled", "sqlite")
 
-    def __init__(self, pooled: PoolProxiedConnection, dialect: Dialect) -> None:
-        self._pooled = pooled
-        self._dialect = dialect
+    def __init__(self, engine: Engine, connection: Connection) -> None:
+        self._engine = engine
+        # The Connection is only the pool's handle here: nothing runs through it.
+        self._connection = connection
+        self._pooled = pooled = connection.connection
+        self._dialect = engine.dialect
+        self._error: type[Exception] = self._dialect.loaded_dbapi.Error
+        self.sqlite = self._dialect.name == "sqlite"
         self._cursor = pooled.cursor()
 
     def _prepare(self, statement: Executable) -> _Prepared:
-        prepared = _prepared.get(id(statement))
+        key = (self._dialect.driver, id(statement))
+        prepared = _prepared.get(key)
         if prepared is None:
-            prepared = _prepared[id(statement)] = _Prepared(statement, self._dialect)
+            prepared = _prepared[key] = _Prepared(statement, self._dialect)
         return prepared
+
+    def begin(self, *, read_only: bool) -> None:
+        """Open the transaction (psycopg opens one itself before the first statement)."""
+        if self.sqlite:
+            self.send("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        if self.sqlite:
+            # As a statement: the driver keeps it prepared, where its commit()
+            # prepares COMMIT anew each time.
+            self.send("COMMIT")
+            return
+        try:
+            self._pooled.dbapi_connection.commit()  # type: ignore[union-attr]
+        except self._error as error:
+            self._fail(error, "COMMIT", ())
+
+    def rollback(self) -> None:
+        """After a failure: never raises (the failure being handled is the one to report)."""
+        pooled = self._pooled
+        if not pooled.is_valid:
+            return
+        try:
+            if not self.sqlite:
+                pooled.dbapi_connection.rollback()  # type: ignore[union-attr]
+            elif pooled.driver_connection.in_transaction:  # type: ignore[union-attr]
+                self._cursor.execute("ROLLBACK")
+        except self._error as error:
+            self._connection.invalidate(error)
 
     def send(
         self, sql: str, arguments: Any = (), *, many: bool = False, fetch: bool = False
@@ -227,7 +279,7 @@ class DirectTransaction:
                 return []
             cursor.execute(sql, arguments)
             return cast("list[Row]", cursor.fetchall()) if fetch else []
-        except sqlite3.Error as error:
+        except self._error as error:
             self._fail(error, sql, arguments)
 
     def rows(self, statement: Executable, params: Params) -> list[Row]:
@@ -242,18 +294,22 @@ class DirectTransaction:
         self.send(prepared.sql, [prepared.arguments(params)[1] for params in many], many=True)
 
     def close(self) -> None:
-        self._cursor.close()
+        # A cursor of a lost connection has nothing left to free.
+        with suppress(Exception):
+            self._cursor.close()
 
-    def _fail(self, error: sqlite3.Error, sql: str, arguments: Any) -> NoReturn:
-        # As SQLAlchemy's own handling: a lost connection is invalidated, and the
-        # driver's error raised as the DBAPIError of its kind.
+    def _fail(self, error: Exception, sql: str, arguments: Any) -> NoReturn:
+        # As SQLAlchemy's own handling: the driver's error raised as the DBAPIError
+        # of its kind; a lost connection invalidated, and the pool's idle ones
+        # (older than the failure, likely as dead: a server restart) closed.
         lost = self._dialect.is_disconnect(
             error,  # type: ignore[arg-type]
             self._pooled.dbapi_connection,
             self._cursor,
         )
         if lost:
-            self._pooled.invalidate(error)
+            self._connection.invalidate(error)
+            self._engine.pool.dispose()
         raise DBAPIError.instance(
-            sql, arguments, error, sqlite3.Error, connection_invalidated=lost, dialect=self._dialect
+            sql, arguments, error, self._error, connection_invalidated=lost, dialect=self._dialect
         ) from error

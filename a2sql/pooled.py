@@ -69,9 +69,15 @@ class PooledTransactions:
         closure: this runs for every call.)"""
         connection = self._take()
         try:
-            # The connection's pragmas are set through the Connection, once.
-            if self._direct and is_prepared(connection) and not observed(self._engine):
-                return _run_direct(connection, body, context, call, read_only=read_only)
+            # SQLite's pragmas are set through the Connection, once per connection.
+            if (
+                self._direct
+                and (is_prepared(connection) or not self._sqlite)
+                and not observed(self._engine)
+            ):
+                return _run_direct(
+                    self._engine, connection, body, context, call, read_only=read_only
+                )
             with connection.begin():
                 if self._sqlite:
                     begin_own(connection, read_only=read_only)
@@ -124,6 +130,7 @@ class PooledTransactions:
 
 
 def _run_direct(
+    engine: Engine,
     connection: Connection,
     body: Callable[[Transaction, C, A], T],
     context: C,
@@ -132,21 +139,14 @@ def _run_direct(
     read_only: bool,
 ) -> T:
     """``PooledTransactions.run``'s transaction on the connection's driver cursor."""
-    pooled = connection.connection
-    tx = DirectTransaction(pooled, connection.dialect)
+    tx = DirectTransaction(engine, connection)
     try:
-        tx.send("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        tx.begin(read_only=read_only)
         try:
             result = body(tx, context, call)
-            # As a statement: the driver keeps it prepared, where its commit()
-            # prepares COMMIT anew each time.
-            tx.send("COMMIT")
+            tx.commit()
         except BaseException:
-            if pooled.is_valid and pooled.driver_connection.in_transaction:  # type: ignore[union-attr]
-                try:
-                    tx.send("ROLLBACK")
-                except Exception as error:  # the failure being handled is the one to report
-                    pooled.invalidate(error)
+            tx.rollback()
             raise
         return result
     finally:
