@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
@@ -42,45 +44,48 @@ _PREPARED = "a2sql_sqlite_prepared"
 TAKE_WRITE_LOCK = "DELETE FROM a2_presence WHERE 0"
 
 
+def is_prepared(info: dict[Any, Any]) -> bool:
+    """Whether ``prepare`` has set the pragmas of the driver connection ``info`` belongs to."""
+    return bool(info.get(_PREPARED))
+
+
 def in_driver_transaction(connection: Connection) -> bool:
     """Whether the SQLite driver connection under ``connection`` has a transaction open."""
     return bool(connection.connection.driver_connection.in_transaction)  # type: ignore[union-attr]
 
 
-def is_prepared(connection: Connection) -> bool:
-    """Whether ``prepare`` has set the pragmas of the driver connection under ``connection``."""
-    return bool(connection.info.get(_PREPARED))
+# Runs SQL text and gives the first column of its first row.
+Scalar = Callable[[str], Any]
 
 
-def prepare(connection: Connection) -> None:
-    """The busy timeout, WAL and ``synchronous = normal``, once per driver connection.
+def prepare(info: dict[Any, Any], scalar: Scalar, *, in_transaction: bool) -> None:
+    """The busy timeout, WAL and ``synchronous = normal``, once per driver connection
+    (``info``: the pool's dictionary of that connection).
 
-    WAL cannot be switched on
-    inside a transaction: then it is tried on the next transaction a2sql
-    begins itself, and a file that stays out of WAL is logged once.
+    WAL cannot be switched on inside a transaction: then it is tried on the
+    next transaction a2sql begins itself, and a file that stays out of WAL is
+    logged.
     """
-    info = connection.info
     if info.get(_PREPARED):
         return
-    execute = connection.exec_driver_sql
-    execute(f"pragma busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-    if in_driver_transaction(connection):
+    scalar(f"pragma busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    if in_transaction:
         return
-    mode = _switch_to_wal(connection)
+    mode = _switch_to_wal(scalar)
     if mode not in ("wal", "memory"):
         log.warning(
             "a2sql: the SQLite database is in journal mode %r, not WAL: readers and the "
             "writer will block each other",
             mode,
         )
-    execute("pragma synchronous = normal")
+    scalar("pragma synchronous = normal")
     info[_PREPARED] = True
 
 
-def _switch_to_wal(connection: Connection) -> str:
+def _switch_to_wal(scalar: Scalar) -> str:
     for attempt in range(WAL_SWITCH_ATTEMPTS):
         try:
-            return str(connection.exec_driver_sql("pragma journal_mode = wal").scalar())
+            return str(scalar("pragma journal_mode = wal"))
         except OperationalError as error:
             message = str(error.orig)
             if ("locked" not in message and "busy" not in message) or (
@@ -91,12 +96,20 @@ def _switch_to_wal(connection: Connection) -> str:
     raise AssertionError("unreachable")
 
 
+def _prepare_connection(connection: Connection) -> None:
+    def scalar(sql: str) -> Any:
+        result = connection.exec_driver_sql(sql)
+        return result.scalar() if result.returns_rows else None
+
+    prepare(connection.info, scalar, in_transaction=in_driver_transaction(connection))
+
+
 def begin_own(connection: Connection, *, read_only: bool) -> None:
     """Open the driver's transaction of a transaction a2sql runs itself.
 
     Called inside ``connection.begin()``, before the first statement.
     """
-    prepare(connection)
+    _prepare_connection(connection)
     if in_driver_transaction(connection):
         # The engine's own ``begin`` listener opened one (SQLAlchemy's
         # pysqlite recipe): it has read nothing yet, so taking the write lock
@@ -116,7 +129,7 @@ def hold_write_lock(connection: Connection) -> None:
     began deferred and read before another writer committed: a2sql would be
     reading stale rows, and says so.
     """
-    prepare(connection)
+    _prepare_connection(connection)
     if not in_driver_transaction(connection):
         connection.exec_driver_sql("BEGIN IMMEDIATE")
         return

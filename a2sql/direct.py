@@ -23,9 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any, NamedTuple, NoReturn, cast
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, StatementError
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -220,13 +221,11 @@ _prepared: dict[tuple[str, int], _Prepared] = {}
 class DirectTransaction:
     """One a2sql transaction on a pooled driver connection's cursor."""
 
-    __slots__ = ("_connection", "_cursor", "_dialect", "_engine", "_error", "_pooled", "sqlite")
+    __slots__ = ("_cursor", "_dialect", "_engine", "_error", "_pooled", "sqlite")
 
-    def __init__(self, engine: Engine, connection: Connection) -> None:
+    def __init__(self, engine: Engine, pooled: PoolProxiedConnection) -> None:
         self._engine = engine
-        # The Connection is only the pool's handle here: nothing runs through it.
-        self._connection = connection
-        self._pooled = pooled = connection.connection
+        self._pooled = pooled
         self._dialect = engine.dialect
         self._error: type[Exception] = self._dialect.loaded_dbapi.Error
         self.sqlite = self._dialect.name == "sqlite"
@@ -266,7 +265,7 @@ class DirectTransaction:
             elif pooled.driver_connection.in_transaction:  # type: ignore[union-attr]
                 self._cursor.execute("ROLLBACK")
         except self._error as error:
-            self._connection.invalidate(error)
+            pooled.invalidate(error)
 
     def send(
         self, sql: str, arguments: Any = (), *, many: bool = False, fetch: bool = False
@@ -298,18 +297,36 @@ class DirectTransaction:
         with suppress(Exception):
             self._cursor.close()
 
+    def scalar(self, sql: str) -> Any:
+        """The first column of the first row of SQL text (``None`` without rows)."""
+        found = self.send(sql, fetch=True)
+        return found[0][0] if found else None
+
     def _fail(self, error: Exception, sql: str, arguments: Any) -> NoReturn:
-        # As SQLAlchemy's own handling: the driver's error raised as the DBAPIError
-        # of its kind; a lost connection invalidated, and the pool's idle ones
-        # (older than the failure, likely as dead: a server restart) closed.
+        # As SQLAlchemy's own handling: a lost connection is invalidated, and
+        # the pool's idle ones (older than the failure, likely as dead: a server
+        # restart) closed.
         lost = self._dialect.is_disconnect(
             error,  # type: ignore[arg-type]
             self._pooled.dbapi_connection,
             self._cursor,
         )
         if lost:
-            self._connection.invalidate(error)
+            self._pooled.invalidate(error)
             self._engine.pool.dispose()
-        raise DBAPIError.instance(
-            sql, arguments, error, self._error, connection_invalidated=lost, dialect=self._dialect
-        ) from error
+        raise self.wrap(self._engine, error, sql, arguments, lost=lost) from error
+
+    @staticmethod
+    def wrap(
+        engine: Engine, error: Exception, sql: str | None, arguments: Any, *, lost: bool
+    ) -> StatementError:
+        """The driver's error as SQLAlchemy's ``DBAPIError`` of its kind."""
+        dialect = engine.dialect
+        return DBAPIError.instance(
+            sql,
+            arguments,
+            error,
+            dialect.loaded_dbapi.Error,
+            connection_invalidated=lost,
+            dialect=dialect,
+        )

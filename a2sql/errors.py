@@ -78,7 +78,7 @@ DRIVER_FAILURES: tuple[type[BaseException], ...] = (
 
 def closed_store() -> A2Error:
     """A call on a store after ``close()``: the program's mistake, not the database's."""
-    return A2Error(ErrorCode.STORE_CLOSED, "the store is closed: open a new one with create_store")
+    return A2Error(ErrorCode.STORE_CLOSED, "the store is closed: open a new one")
 
 
 def invalid(argument: str, problem: str) -> A2Error:

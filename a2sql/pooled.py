@@ -1,14 +1,12 @@
-"""The sync store's own transactions, on a few SQLAlchemy ``Connection``s kept between them.
+"""The sync store's own transactions: on kept driver connections, or on a ``Connection``.
 
-Checking a connection out of the pool and back costs more than a whole
-transaction's BEGIN and COMMIT on SQLite (the pool's checkout, and its reset
-on return). ``PooledTransactions`` keeps a few ``Connection``s open between a
-store's transactions and runs each transaction on one: ``begin()``, the body,
-commit, or rollback when the body raises. Everything goes through the
-``Connection``, so the engine's listeners see a2sql's transactions as any
-other: ``begin``, ``commit``, ``rollback``, and every statement in between;
-on SQLite, while nothing observes the engine, the transaction runs on the
-connection's driver cursor instead (``a2sql.direct``).
+While nothing observes the engine (``a2sql.direct.observed``), a
+transaction runs on a pooled driver connection's cursor, and ``Store`` keeps
+a few of those checked out between transactions: checking one out of the
+pool and back costs more than a whole transaction's BEGIN and COMMIT on
+SQLite (the pool's checkout, and its reset on return). Otherwise the
+transaction runs on a new SQLAlchemy ``Connection`` from the engine, exactly
+as an application's would: listeners, logging and pool events see it all.
 """
 
 from __future__ import annotations
@@ -17,10 +15,11 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
+from sqlalchemy.pool import PoolProxiedConnection
 
 from a2sql import forks
-from a2sql.begin import begin_own, is_prepared
+from a2sql.begin import begin_own, is_prepared, prepare
 from a2sql.direct import DirectTransaction, can_run_directly, observed
 from a2sql.execute import Transaction
 
@@ -38,14 +37,14 @@ MAX_IDLE_S = 1.0
 
 
 class _Kept(NamedTuple):
-    """An idle connection, and when it went idle."""
+    """An idle driver connection, and when it went idle."""
 
-    connection: Connection
+    pooled: PoolProxiedConnection
     since: float
 
 
 class PooledTransactions:
-    """Runs transactions on connections of ``engine``'s pool, keeping a few between them."""
+    """Runs ``Store``'s transactions on ``engine``, keeping a few connections between them."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -64,33 +63,50 @@ class PooledTransactions:
     def run(
         self, body: Callable[[Transaction, C, A], T], context: C, call: A, *, read_only: bool
     ) -> T:
-        """``body(connection, context, call)`` in one transaction: committed if it returns,
+        """``body(transaction, context, call)`` in one transaction: committed if it returns,
         rolled back if it raises. (Its arguments are passed on rather than bound in a
         closure: this runs for every call.)"""
-        connection = self._take()
+        if self._direct and not observed(self._engine):
+            pooled = self._take()
+            try:
+                return self._run_direct(pooled, body, context, call, read_only=read_only)
+            finally:
+                self._give_back(pooled)
+        with self._engine.connect() as connection, connection.begin():
+            if self._sqlite:
+                begin_own(connection, read_only=read_only)
+            return body(connection, context, call)
+
+    def _run_direct(
+        self,
+        pooled: PoolProxiedConnection,
+        body: Callable[[Transaction, C, A], T],
+        context: C,
+        call: A,
+        *,
+        read_only: bool,
+    ) -> T:
+        tx = DirectTransaction(self._engine, pooled)
         try:
-            # SQLite's pragmas are set through the Connection, once per connection.
-            if (
-                self._direct
-                and (is_prepared(connection) or not self._sqlite)
-                and not observed(self._engine)
-            ):
-                return _run_direct(
-                    self._engine, connection, body, context, call, read_only=read_only
-                )
-            with connection.begin():
-                if self._sqlite:
-                    begin_own(connection, read_only=read_only)
-                return body(connection, context, call)
+            if self._sqlite and not is_prepared(pooled.info):
+                prepare(pooled.info, tx.scalar, in_transaction=False)
+            tx.begin(read_only=read_only)
+            try:
+                result = body(tx, context, call)
+                tx.commit()
+            except BaseException:
+                tx.rollback()
+                raise
+            return result
         finally:
-            self._give_back(connection)
+            tx.close()
 
     def close(self) -> None:
         """Give every idle connection back to the pool; later ones go straight back too."""
         self._closed = True
         self._drop_idle()
 
-    def _take(self) -> Connection:
+    def _take(self) -> PoolProxiedConnection:
         if self._forks != forks.generation():
             # A forked child: the idle connections are the parent's, in use
             # there. Closing them, or letting SQLAlchemy's garbage collection
@@ -106,19 +122,23 @@ class PooledTransactions:
             except IndexError:  # another thread took the last one
                 break
             if now - kept.since <= MAX_IDLE_S:
-                return kept.connection
-            kept.connection.close()
-        return self._engine.connect()
+                return kept.pooled
+            kept.pooled.close()
+        try:
+            return self._engine.raw_connection()
+        except self._engine.dialect.loaded_dbapi.Error as error:
+            # Engine.connect() wraps a failure to connect; raw_connection() does not.
+            raise DirectTransaction.wrap(self._engine, error, None, None, lost=True) from error
 
-    def _give_back(self, connection: Connection) -> None:
-        if connection.invalidated:
+    def _give_back(self, pooled: PoolProxiedConnection) -> None:
+        if not pooled.is_valid:
             # Lost: the idle ones are likely as dead (a server restart, say).
-            connection.close()
+            pooled.close()
             self._drop_idle()
         elif self._closed or len(self._idle) >= KEEP_IDLE:
-            connection.close()
+            pooled.close()
         else:
-            self._idle.append(_Kept(connection, time.monotonic()))
+            self._idle.append(_Kept(pooled, time.monotonic()))
 
     def _drop_idle(self) -> None:
         while self._idle:
@@ -126,28 +146,4 @@ class PooledTransactions:
                 kept = self._idle.pop()
             except IndexError:
                 return
-            kept.connection.close()
-
-
-def _run_direct(
-    engine: Engine,
-    connection: Connection,
-    body: Callable[[Transaction, C, A], T],
-    context: C,
-    call: A,
-    *,
-    read_only: bool,
-) -> T:
-    """``PooledTransactions.run``'s transaction on the connection's driver cursor."""
-    tx = DirectTransaction(engine, connection)
-    try:
-        tx.begin(read_only=read_only)
-        try:
-            result = body(tx, context, call)
-            tx.commit()
-        except BaseException:
-            tx.rollback()
-            raise
-        return result
-    finally:
-        tx.close()
+            kept.pooled.close()

@@ -106,6 +106,15 @@ def db_url(engine_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> 
     return str(request.getfixturevalue("postgres_url"))
 
 
+@pytest.fixture(params=["sqlite_file", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of an empty database that other connections and processes can reach too:
+    a SQLite file, or PostgreSQL."""
+    if request.param == "sqlite_file":
+        return f"sqlite:///{tmp_path / 'a2.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

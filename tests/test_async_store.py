@@ -30,14 +30,6 @@ from a2sql.migrate import head_revision
 DEADLINE_S = 5.0
 
 
-@pytest.fixture(params=["sqlite_file", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty database that other connections can share."""
-    if request.param == "sqlite_file":
-        return f"sqlite:///{tmp_path / 'a2.db'}"
-    return str(request.getfixturevalue("postgres_url"))
-
-
 @pytest.fixture
 def holder(postgres_url: str) -> Iterator[Connection]:
     """A plain connection to the test's PostgreSQL schema, to hold locks with."""

@@ -332,10 +332,12 @@ def test_sqlite_write_transactions_begin_immediate(
         ),
         "presence.read": lambda: store.presence.read("ns"),
     }
-    statements = traced_by(store.engine)
+    traced = traced_by(store.engine)
     for name, call in writes.items():
-        statements.clear()
+        traced.clear()
         call()
+        # A connection a2sql has not used before gets its pragmas first (once).
+        statements = [s for s in traced if not s.lower().startswith("pragma")]
         assert statements, f"{name}: sent nothing"
         begins = [s.upper() for s in statements if s.upper().startswith("BEGIN")]
         assert statements[0].upper() == "BEGIN IMMEDIATE", f"{name}: began with {statements[0]!r}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import event
@@ -18,15 +17,6 @@ from sqlalchemy import event
 import a2sql
 from a2sql import NewEvent, Store
 from a2sql.pooled import KEEP_IDLE
-
-ENGINES = ["sqlite_file", "postgres"]
-
-
-@pytest.fixture(params=ENGINES)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite_file":
-        return f"sqlite:///{tmp_path / 'a2.db'}"
-    return str(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture

@@ -27,15 +27,7 @@ import a2sql
 from a2sql import A2Error, ClaimRef, Completion, ErrorCode, NewEvent, Store
 from a2sql.direct import observed
 
-ENGINES = ["sqlite_file", "postgres"]
 AT = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture(params=ENGINES)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite_file":
-        return f"sqlite:///{tmp_path / 'a2.db'}"
-    return str(request.getfixturevalue("postgres_url"))
 
 
 def every_operation(store: Store) -> None:
@@ -272,3 +264,28 @@ def test_what_makes_an_engine_observed(tmp_path: Path) -> None:
         logger.setLevel(level)
     assert not observed(engine)
     assert observed(engine.execution_options(schema_translate_map={None: "main"}))
+
+
+@pytest.mark.parametrize("how", ["echo", "logger"])
+def test_logging_turned_on_later_logs_the_next_call(
+    url: str, caplog: pytest.LogCaptureFixture, how: str
+) -> None:
+    """SQL logging switched on while the store keeps connections idle: the very next
+    call's statements are logged, as with any SQLAlchemy engine."""
+    with a2sql.create_store(url, migrate=True) as store:
+        store.append("s", [NewEvent("t", 1, id="e1")])  # the store now keeps a connection
+        logger = logging.getLogger("sqlalchemy.engine")
+        level = logger.level
+        caplog.clear()
+        try:
+            with caplog.at_level(logging.INFO, logger="sqlalchemy.engine.Engine"):
+                if how == "echo":
+                    store.engine.echo = True
+                else:
+                    logger.setLevel(logging.INFO)
+                store.append("s", [NewEvent("t", 2, id="e2")])
+        finally:
+            store.engine.echo = False
+            logger.setLevel(level)
+        logged = " ".join(record.getMessage() for record in caplog.records)
+        assert "INSERT INTO a2_events" in logged

@@ -22,8 +22,6 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select,
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent, Store
 
-ENGINES = ["sqlite_file", "postgres"]
-
 app_metadata = MetaData()
 orders = Table(
     "orders",
@@ -31,13 +29,6 @@ orders = Table(
     Column("id", Integer, primary_key=True),
     Column("note", String, nullable=False),
 )
-
-
-@pytest.fixture(params=ENGINES)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite_file":
-        return f"sqlite:///{tmp_path / 'a2.db'}"
-    return str(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture
