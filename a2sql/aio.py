@@ -226,13 +226,20 @@ class AsyncStore(AsyncOperations):
         await self.ensure_schema()
         if self._closed:
             raise closed_store()
-        async with self._engine.connect() as connection, connection.begin():
+        # Only a2sql's own statements are mapped to A2Error: the caller's keep theirs.
+        try:
+            connection = await self._engine.connect()
+        except DRIVER_FAILURES as error:
+            raise from_driver_error(error) from error
+        async with connection:
+            transaction = await connection.begin()
             if self._engine.dialect.name == "sqlite":
                 try:
                     await connection.run_sync(begin_own, read_only=False)
                 except DRIVER_FAILURES as error:
                     raise from_driver_error(error) from error
-            yield connection
+            async with transaction:
+                yield connection
 
     def stream(
         self, session_id: str, *, start_after: int = 0, poll_interval: float | None = None

@@ -197,14 +197,20 @@ class Store(Operations):
         """
         if self._closed:
             raise closed_store()
-        connection = self._engine.connect()
-        with connection, connection.begin():
+        # Only a2sql's own statements are mapped to A2Error: the caller's keep theirs.
+        try:
+            connection = self._engine.connect()
+        except DRIVER_FAILURES as error:
+            raise from_driver_error(error) from error
+        with connection:
+            transaction = connection.begin()
             if self._engine.dialect.name == "sqlite":
                 try:
                     begin_own(connection, read_only=False)
                 except DRIVER_FAILURES as error:
                     raise from_driver_error(error) from error
-            yield connection
+            with transaction:
+                yield connection
 
     def stream(
         self,

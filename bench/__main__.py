@@ -1,4 +1,5 @@
-"""``python -m bench --engine sqlite|postgres --workload NAME [--ops N] [--rounds R] [--json]``.
+"""``python -m bench --engine sqlite|postgres --workload NAME [--ops N] [--rounds R] [--json]
+[--traced]``.
 
 Workloads: append, cycle, batch, contention, scale, memory, peers, or all.
 Prints a table per workload, or with ``--json`` one JSON object per workload
@@ -146,7 +147,16 @@ def main(argv: list[str] | None = None) -> int:
         "--large", type=int, default=1_000_000, help="scale: events in the large table"
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per workload")
+    parser.add_argument(
+        "--traced",
+        action="store_true",
+        help="instrument a2sql's engine with OpenTelemetry (dev extra) to measure its cost",
+    )
     args = parser.parse_args(argv)
+    if args.traced:
+        from bench import impl
+
+        impl.TRACED = True
     logging.basicConfig(level=logging.WARNING)
 
     params = Params(engine=args.engine, ops=args.ops, rounds=args.rounds, large=args.large)

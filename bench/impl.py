@@ -69,6 +69,21 @@ class Impl(Protocol):
     def close(self) -> None: ...
 
 
+# ``python -m bench --traced``: the timed store's engine is instrumented with
+# OpenTelemetry's SQLAlchemy instrumentation (spans made, none exported), so
+# the run measures a2sql as production tracing sees it.
+TRACED = False
+
+
+def _instrument(engine: Any) -> None:
+    from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+
+    SQLAlchemyInstrumentor().instrument(
+        engine=engine, tracer_provider=TracerProvider(), skip_dep_check=True
+    )
+
+
 class A2sqlImpl:
     """a2sql's public API, with a statement counter on its engine."""
 
@@ -76,6 +91,8 @@ class A2sqlImpl:
 
     def __init__(self, url: str) -> None:
         self._timed = a2sql.create_store(url, migrate=False)
+        if TRACED:
+            _instrument(self._timed.engine)
         # Counting is done on a second store of the same database, running the
         # same code: a listener on an engine makes its SQLite transactions take
         # the Connection path for good (a2sql.direct.observed), so the timed

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select, text
+from sqlalchemy.exc import DBAPIError
 
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent, Store
@@ -279,3 +280,11 @@ def test_async_an_a2sql_error_leaves_the_callers_transaction_usable(store: Store
 
     asyncio.run(main())
     assert order_notes(store) == ["before", "after"]
+
+
+def test_the_callers_own_errors_in_store_begin_stay_sqlalchemys(store: Store) -> None:
+    """Inside ``store.begin()`` the application's own failing statement raises
+    SQLAlchemy's error, as on any connection; only a2sql's operations raise A2Error."""
+    with pytest.raises(DBAPIError), store.begin() as connection:
+        connection.execute(text("select * from no_such_table"))
+    assert store.read("s") == []
