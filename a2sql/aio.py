@@ -231,7 +231,7 @@ class AsyncStore(AsyncOperations):
             connection = await self._engine.connect()
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
-        async with connection:
+        try:
             transaction = await connection.begin()
             if self._engine.dialect.name == "sqlite":
                 try:
@@ -240,6 +240,8 @@ class AsyncStore(AsyncOperations):
                     raise from_driver_error(error) from error
             async with transaction:
                 yield connection
+        finally:
+            await connection.close()
 
     def stream(
         self, session_id: str, *, start_after: int = 0, poll_interval: float | None = None
