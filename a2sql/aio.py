@@ -232,13 +232,12 @@ class AsyncStore(AsyncOperations):
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
         try:
-            transaction = await connection.begin()
-            if self._engine.dialect.name == "sqlite":
-                try:
-                    await connection.run_sync(begin_own, read_only=False)
-                except DRIVER_FAILURES as error:
-                    raise from_driver_error(error) from error
-            async with transaction:
+            async with connection.begin():
+                if self._engine.dialect.name == "sqlite":
+                    try:
+                        await connection.run_sync(begin_own, read_only=False)
+                    except DRIVER_FAILURES as error:
+                        raise from_driver_error(error) from error
                 yield connection
         finally:
             await connection.close()
