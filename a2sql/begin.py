@@ -109,14 +109,15 @@ def begin_own(connection: Connection, *, read_only: bool) -> None:
 
     Called inside ``connection.begin()``, before the first statement.
     """
-    _prepare_connection(connection)
     if in_driver_transaction(connection):
-        # The engine's own ``begin`` listener opened one (SQLAlchemy's
-        # pysqlite recipe): it has read nothing yet, so taking the write lock
-        # now is as good as BEGIN IMMEDIATE.
-        if not read_only:
-            connection.exec_driver_sql(TAKE_WRITE_LOCK)
-        return
+        # The engine's own ``begin`` listener opened one (SQLAlchemy's pysqlite
+        # recipe), deferred most likely. It has run nothing yet: ending it and
+        # beginning IMMEDIATE in its place changes nothing but the lock.
+        if read_only:
+            _prepare_connection(connection)
+            return
+        connection.exec_driver_sql("COMMIT")
+    _prepare_connection(connection)
     connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 

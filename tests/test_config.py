@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.pool import Pool, QueuePool
 
 import a2sql
@@ -229,6 +229,37 @@ def test_engine_passed_in_keeps_beginning_its_own_transactions_as_it_did(
                 assert not driver.in_transaction  # type: ignore[union-attr]
                 # The application holds no lock: a2sql's writer goes ahead meanwhile.
                 store.append("s", [NewEvent("t", 2, id="e2")])
+    finally:
+        engine.dispose()
+
+
+def test_engine_with_sqlalchemys_pysqlite_begin_recipe(tmp_path: Path) -> None:
+    """An engine that begins its own transactions (SQLAlchemy's documented recipe: no
+    driver transactions, ``BEGIN`` from a ``begin`` listener) opens a new file, gets
+    WAL, and a2sql's writes still take the lock up front; the app's own transactions
+    keep beginning with its ``BEGIN``."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'recipe.db'}")
+
+    @event.listens_for(engine, "connect")
+    def no_driver_transactions(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN")
+
+    try:
+        with a2sql.create_store(engine) as store:
+            statements = record_statements(engine)
+            store.append("s", [NewEvent("t", 1, id="e1")])
+            assert [s.upper() for s in statements if s.upper().startswith("BEGIN")] == [
+                "BEGIN",
+                "BEGIN IMMEDIATE",
+            ]
+            with engine.connect() as connection, connection.begin():
+                mode = connection.exec_driver_sql("pragma journal_mode").scalar_one()
+            assert mode == "wal"
+            assert [e.id for e in store.read("s")] == ["e1"]
     finally:
         engine.dispose()
 
