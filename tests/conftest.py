@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import URL, create_engine, make_url, text
+from sqlalchemy import URL, create_engine, event, make_url, text
 from sqlalchemy.pool import NullPool
 
 import a2sql
@@ -24,7 +24,7 @@ from a2sql.testing import FakeClock
 from tests.async_adapter import BlockingAsyncStore
 
 ENGINES = ("sqlite_file", "sqlite_memory", "postgres")
-FACADES = ("sync", "async")
+FACADES = ("sync", "async", "observed")
 
 
 def _in_ci() -> bool:
@@ -122,14 +122,23 @@ def clock() -> FakeClock:
 
 @pytest.fixture(params=FACADES)
 def facade(request: pytest.FixtureRequest) -> str:
-    """``sync``: ``Store``; ``async``: ``AsyncStore`` driven through a blocking adapter."""
+    """``sync``: ``Store``; ``async``: ``AsyncStore`` driven through a blocking adapter;
+    ``observed``: ``Store`` on an engine with a listener, so that its transactions run
+    through SQLAlchemy ``Connection``s instead of on the driver's cursor (a2sql.direct)."""
     return str(request.param)
+
+
+def _ignore_statement(*_args: Any) -> None:
+    pass
 
 
 def _create(facade: str, url: str, **kwargs: Any) -> a2sql.Store:
     if facade == "async":
         return BlockingAsyncStore(url, **kwargs)  # type: ignore[return-value]
-    return a2sql.create_store(url, **kwargs)
+    store = a2sql.create_store(url, **kwargs)
+    if facade == "observed":
+        event.listen(store.engine, "before_cursor_execute", _ignore_statement)
+    return store
 
 
 @pytest.fixture

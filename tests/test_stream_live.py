@@ -145,6 +145,12 @@ class Reader:
 # --- fixtures -----------------------------------------------------------------
 
 
+@pytest.fixture(params=["sync", "async"])
+def facade(request: pytest.FixtureRequest) -> str:
+    """The two facades (the conformance suite also runs an observed ``Store``)."""
+    return str(request.param)
+
+
 @pytest.fixture(params=["sqlite_file", "postgres"])
 def live_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A database several connections and processes can share."""
