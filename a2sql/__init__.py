@@ -1,6 +1,12 @@
 """a2sql: durable, multi-worker event sessions on SQLAlchemy Core (SQLite and PostgreSQL)."""
 
-from a2sql.aio import AsyncInspector, AsyncPresence, AsyncStore
+from a2sql.aio import (
+    AsyncInspector,
+    AsyncOperations,
+    AsyncPresence,
+    AsyncStore,
+    AsyncUsingConnection,
+)
 from a2sql.clock import Clock, SystemClock
 from a2sql.create import create_async_store, create_store
 from a2sql.errors import A2Error, ErrorCode
@@ -25,7 +31,7 @@ from a2sql.records import (
     StateRead,
     StoredEvent,
 )
-from a2sql.store import Inspector, Presence, Store
+from a2sql.store import Inspector, Operations, Presence, Store, UsingConnection
 from a2sql.stream import AsyncEventStream, EventStream
 
 __all__ = [
@@ -34,8 +40,10 @@ __all__ = [
     "AppendResult",
     "AsyncEventStream",
     "AsyncInspector",
+    "AsyncOperations",
     "AsyncPresence",
     "AsyncStore",
+    "AsyncUsingConnection",
     "ClaimRef",
     "ClaimResult",
     "Clock",
@@ -49,6 +57,7 @@ __all__ = [
     "FailResult",
     "Inspector",
     "NewEvent",
+    "Operations",
     "Presence",
     "PresenceEntry",
     "RenewResult",
@@ -60,6 +69,7 @@ __all__ = [
     "Store",
     "StoredEvent",
     "SystemClock",
+    "UsingConnection",
     "create_async_store",
     "create_store",
 ]
