@@ -1,6 +1,6 @@
 """The one declaration of a2sql's tables and indexes, for every engine (SPEC §5).
 
-On SQLite this is exactly the seed's DDL (``../shared/seed/store-sqlite.ts``):
+On SQLite this is exactly the DDL of the TypeScript seed store a2sql was drawn from:
 same names, same column order, strict tables, so that a database file
 written by either store can be opened by the other.
 """
