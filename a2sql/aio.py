@@ -233,11 +233,10 @@ class AsyncStore(AsyncOperations):
             raise from_driver_error(error) from error
         try:
             async with connection.begin():
-                if self._engine.dialect.name == "sqlite":
-                    try:
-                        await connection.run_sync(begin_own, read_only=False)
-                    except DRIVER_FAILURES as error:
-                        raise from_driver_error(error) from error
+                try:
+                    await connection.run_sync(begin_own, read_only=False)
+                except DRIVER_FAILURES as error:
+                    raise from_driver_error(error) from error
                 yield connection
         finally:
             await connection.close()

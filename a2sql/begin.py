@@ -44,11 +44,6 @@ _PREPARED = "a2sql_sqlite_prepared"
 TAKE_WRITE_LOCK = "DELETE FROM a2_presence WHERE 0"
 
 
-def is_prepared(info: dict[Any, Any]) -> bool:
-    """Whether ``prepare`` has set the pragmas of the driver connection ``info`` belongs to."""
-    return bool(info.get(_PREPARED))
-
-
 def in_driver_transaction(connection: Connection) -> bool:
     """Whether the SQLite driver connection under ``connection`` has a transaction open."""
     return bool(connection.connection.driver_connection.in_transaction)  # type: ignore[union-attr]
@@ -107,18 +102,19 @@ def _prepare_connection(connection: Connection) -> None:
 def begin_own(connection: Connection, *, read_only: bool) -> None:
     """Open the driver's transaction of a transaction a2sql runs itself.
 
-    Called inside ``connection.begin()``, before the first statement.
+    Called inside ``connection.begin()``, before the first statement. Nothing
+    to do off SQLite: psycopg opens a transaction before the first statement.
     """
-    if in_driver_transaction(connection):
+    if connection.dialect.name != "sqlite":
+        return
+    if not read_only and in_driver_transaction(connection):
         # The engine's own ``begin`` listener opened one (SQLAlchemy's pysqlite
         # recipe), deferred most likely. It has run nothing yet: ending it and
         # beginning IMMEDIATE in its place changes nothing but the lock.
-        if read_only:
-            _prepare_connection(connection)
-            return
         connection.exec_driver_sql("COMMIT")
     _prepare_connection(connection)
-    connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+    if not in_driver_transaction(connection):
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 def hold_write_lock(connection: Connection) -> None:

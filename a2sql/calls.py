@@ -109,8 +109,7 @@ def run_in_transaction(connection: Transaction, ctx: Context, call: Call[T]) -> 
 
 def run_own_transaction(connection: Connection, ctx: Context, call: Call[T]) -> T:
     """``run_in_transaction`` in a transaction a2sql began itself with ``connection.begin()``."""
-    if ctx.dialect.name == "sqlite":
-        begin_own(connection, read_only=call.read_only)
+    begin_own(connection, read_only=call.read_only)
     return run_in_transaction(connection, ctx, call)
 
 

@@ -76,7 +76,7 @@ def lock_for_migration(connection: Connection) -> None:
 @contextmanager
 def _transaction(connection: Connection, *, read_only: bool) -> Iterator[Connection]:
     with connection.begin():
-        if read_only and connection.dialect.name == "sqlite":
+        if read_only:
             begin_own(connection, read_only=True)
         yield connection
 

@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from a2sql import forks
-from a2sql.begin import begin_own, is_prepared, prepare
+from a2sql.begin import begin_own, prepare
 from a2sql.direct import DirectTransaction, can_run_directly, observed
 from a2sql.execute import Transaction
 
@@ -73,8 +73,7 @@ class PooledTransactions:
             finally:
                 self._give_back(pooled)
         with self._engine.connect() as connection, connection.begin():
-            if self._sqlite:
-                begin_own(connection, read_only=read_only)
+            begin_own(connection, read_only=read_only)
             return body(connection, context, call)
 
     def _run_direct(
@@ -88,7 +87,7 @@ class PooledTransactions:
     ) -> T:
         tx = DirectTransaction(self._engine, pooled)
         try:
-            if self._sqlite and not is_prepared(pooled.info):
+            if self._sqlite:
                 prepare(pooled.info, tx.scalar, in_transaction=False)
             tx.begin(read_only=read_only)
             try:

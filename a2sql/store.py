@@ -204,11 +204,10 @@ class Store(Operations):
             raise from_driver_error(error) from error
         with connection:
             transaction = connection.begin()
-            if self._engine.dialect.name == "sqlite":
-                try:
-                    begin_own(connection, read_only=False)
-                except DRIVER_FAILURES as error:
-                    raise from_driver_error(error) from error
+            try:
+                begin_own(connection, read_only=False)
+            except DRIVER_FAILURES as error:
+                raise from_driver_error(error) from error
             with transaction:
                 yield connection
 
