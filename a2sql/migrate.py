@@ -147,20 +147,22 @@ def ensure_schema_on(connection: Connection, *, upgrade_allowed: bool) -> None:
             f"(it needs {head!r}); upgrade a2sql, or move the database with "
             f"`a2sql migrate --revision {head}` using the a2sql that wrote it",
         )
-    adoptable = seed_tables and connection.dialect.name == "sqlite"
-    if not upgrade_allowed and not adoptable:
-        shown = "none (no a2sql schema)" if found is None else repr(found)
+    if not upgrade_allowed:
+        # Checking only writes nothing: a seed store's file is adopted (stamped) by
+        # the upgrade, which also brings it to the newest revision.
+        if found is not None:
+            shown = repr(found)
+        elif seed_tables and connection.dialect.name == "sqlite":
+            with _transaction(connection, read_only=True):
+                _refuse_unlike_the_baseline(connection)
+            shown = "none (tables of the seed store, not yet adopted)"
+        else:
+            shown = "none (no a2sql schema)"
         raise A2Error(
             ErrorCode.SCHEMA_MISMATCH,
             f"the database schema is at revision {shown}, a2sql needs {head!r}: {UPGRADE_HINT}",
         )
-    if upgrade_allowed:
-        found = _move(connection, "head")
-    else:
-        with _transaction(connection, read_only=False):
-            lock_for_migration(connection)
-            _adopt_seed_database(connection)
-            found = current_revision(connection)
+    found = _move(connection, "head")
     if found != head:
         raise A2Error(
             ErrorCode.SCHEMA_MISMATCH,
@@ -185,6 +187,12 @@ def _adopt_seed_database(connection: Connection) -> None:
         return
     if current_revision(connection) is not None or not _has_a2_tables(connection):
         return
+    _refuse_unlike_the_baseline(connection)
+    stamp(connection, BASELINE)
+
+
+def _refuse_unlike_the_baseline(connection: Connection) -> None:
+    """SCHEMA_MISMATCH naming the difference, unless the a2 tables are the baseline's."""
     found = sqlite_schema_signature(connection)
     expected = baseline_sqlite_signature()
     if found != expected:
@@ -193,7 +201,6 @@ def _adopt_seed_database(connection: Connection) -> None:
             "the database has a2sql tables without an a2sql revision, and they differ from "
             f"the baseline: {describe_difference(expected, found)}",
         )
-    stamp(connection, BASELINE)
 
 
 # --- SQLite schema signatures: what "the same tables" means -----------------

@@ -1,7 +1,9 @@
 """On SQLite the DDL is the seed's (SPEC §5): a file of either store opens in the other.
 
-The seed's ``SCHEMA`` text is read from ``store-sqlite.ts`` at test time, so a
-change on either side shows up here.
+The baseline revision (0001) is exactly the seed's DDL; head adds a2sql's own
+index a2_events_dispatch_age (0002) and nothing else. The seed's ``SCHEMA``
+text is read from ``store-sqlite.ts`` at test time, so a change on either
+side shows up here.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ SEED_CANDIDATES = (
 )
 VERSION_TABLE = "a2sql_alembic_version"
 ALEMBIC = Path(sys.executable).parent / "alembic"
+DISPATCH_AGE = "a2_events_dispatch_age"
+DISPATCHABLE = "lane_ready = 1 and processed_at is null and failed_at is null"
 
 
 def seed_schema() -> str:
@@ -55,8 +59,8 @@ def seed_database(path: Path, ddl: str | None = None) -> None:
         connection.close()
 
 
-def migrated_database(path: Path, cwd: Path) -> None:
-    """A SQLite file created by ``alembic upgrade head``."""
+def migrated_database(path: Path, cwd: Path, revision: str = "head") -> None:
+    """A SQLite file created by ``alembic upgrade REVISION``."""
     result = subprocess.run(
         [
             str(ALEMBIC),
@@ -65,7 +69,7 @@ def migrated_database(path: Path, cwd: Path) -> None:
             "-x",
             f"url=sqlite:///{path}",
             "upgrade",
-            "head",
+            revision,
         ],
         cwd=cwd,
         capture_output=True,
@@ -139,8 +143,19 @@ def seed_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def alembic_file(tmp_path: Path) -> Path:
+    """A SQLite file upgraded by the `alembic` command to the baseline revision."""
     path = tmp_path / "alembic.db"
     cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    migrated_database(path, cwd, migrations.BASELINE)
+    return path
+
+
+@pytest.fixture
+def head_file(tmp_path: Path) -> Path:
+    """A SQLite file upgraded by the `alembic` command to head."""
+    path = tmp_path / "head.db"
+    cwd = tmp_path / "cwd-head"
     cwd.mkdir()
     migrated_database(path, cwd)
     return path
@@ -163,11 +178,38 @@ def connect() -> Iterator[Any]:
 def test_migrated_sqlite_schema_equals_the_seed_ddl(
     seed_file: Path, alembic_file: Path, connect: Any
 ) -> None:
-    """`alembic upgrade head` on SQLite yields the seed's tables, columns and indexes."""
+    """`alembic upgrade 0001_baseline` on SQLite yields the seed's tables, columns and indexes."""
+    assert _version(alembic_file) == [migrations.BASELINE]
     seed, ours = describe(connect(seed_file)), describe(connect(alembic_file))
     assert set(ours) == set(seed)
     for table in seed:
         assert ours[table] == seed[table], f"table {table} differs from the seed's"
+
+
+def test_head_is_the_seed_ddl_plus_the_dispatch_age_index(
+    seed_file: Path, head_file: Path, connect: Any
+) -> None:
+    """`alembic upgrade head` on SQLite yields the seed's DDL plus exactly one index:
+    a2_events_dispatch_age on (created_at, session_id, claim_expires_at), partial on
+    the dispatchable events; no table, column, other index, trigger or view differs."""
+    assert migrations.head_revision() == "0002_dispatch_age"
+    assert _version(head_file) == [migrations.head_revision()]
+    seed, head = describe(connect(seed_file)), describe(connect(head_file))
+    assert set(head) == set(seed)
+    added = head["a2_events"]["indexes"].pop(DISPATCH_AGE)
+    assert added == {
+        "columns": [
+            ("created_at", False, "BINARY"),
+            ("session_id", False, "BINARY"),
+            ("claim_expires_at", False, "BINARY"),
+        ],
+        "unique": False,
+        "origin": "c",
+        "partial": True,
+        "where": DISPATCHABLE,
+    }
+    for table in seed:
+        assert head[table] == seed[table], f"table {table} differs from the seed's beyond 0002"
 
 
 def test_seed_ddl_has_strict_tables_and_partial_indexes(seed_file: Path, connect: Any) -> None:
@@ -183,19 +225,28 @@ def test_seed_ddl_has_strict_tables_and_partial_indexes(seed_file: Path, connect
     assert [column[0] for column in events["columns"]][:2] == ["session_id", "idx"]
 
 
+def _signature(path: Path) -> dict[str, Any]:
+    engine = create_engine(f"sqlite:///{path}")
+    try:
+        with engine.connect() as connection:
+            return migrations.sqlite_schema_signature(connection)
+    finally:
+        engine.dispose()
+
+
 def test_sqlite_schema_signature_agrees_for_seed_and_migrated_files(
-    seed_file: Path, alembic_file: Path
+    seed_file: Path, alembic_file: Path, head_file: Path
 ) -> None:
-    """a2sql's own signature of the seed file equals that of the baseline revision."""
-    signatures = []
-    for path in (seed_file, alembic_file):
-        engine = create_engine(f"sqlite:///{path}")
-        try:
-            with engine.connect() as connection:
-                signatures.append(migrations.sqlite_schema_signature(connection))
-        finally:
-            engine.dispose()
-    assert signatures[0] == signatures[1] == migrations.baseline_sqlite_signature()
+    """a2sql's own signature of the seed file equals that of the baseline revision, and
+    tells head apart from it by the one index 0002 adds (so adoption, which compares
+    signatures, takes a seed file for 0001 and never for head)."""
+    seed, baseline = _signature(seed_file), _signature(alembic_file)
+    assert seed == baseline == migrations.baseline_sqlite_signature()
+    head = _signature(head_file)
+    assert head != baseline
+    added = head["a2_events"]["indexes"].pop(DISPATCH_AGE)
+    assert added == (["created_at", "session_id", "claim_expires_at"], False, DISPATCHABLE)
+    assert head == baseline
 
 
 # --- Opening a file the seed's store created --------------------------------
@@ -214,15 +265,44 @@ def _version(path: Path) -> list[str]:
         connection.close()
 
 
-@pytest.mark.parametrize("migrate", [None, False, True])
-def test_create_store_adopts_a_seed_file_and_stamps_the_baseline(
+def _indexes(path: Path) -> set[str]:
+    connection = sqlite3.connect(path)
+    try:
+        rows = connection.execute("select name from sqlite_master where type = 'index'")
+        return {row[0] for row in rows}
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("migrate", [None, True])
+def test_create_store_adopts_a_seed_file_and_upgrades_it_to_head(
     seed_file: Path, migrate: bool | None
 ) -> None:
-    """A seed-created file (no version table) opens and is stamped at the baseline."""
+    """A seed-created file (no version table), opened where upgrading is allowed, is
+    adopted as the baseline and upgraded to head: it gets a2_events_dispatch_age."""
+    assert DISPATCH_AGE not in _indexes(seed_file)
     with a2sql.create_store(f"sqlite:///{seed_file}", migrate=migrate) as store:
         store.append("s", [a2sql.NewEvent("t", {"k": 1}, id="e1")])
-    assert _version(seed_file) == [migrations.BASELINE]
-    assert migrations.head_revision() == migrations.BASELINE
+        assert [event.id for event in store.read("s")] == ["e1"]
+    assert _version(seed_file) == [migrations.head_revision()]
+    assert DISPATCH_AGE in _indexes(seed_file)
+    assert _signature(seed_file) != migrations.baseline_sqlite_signature()
+
+
+def test_create_store_migrate_false_on_a_seed_file_refuses_and_writes_nothing(
+    seed_file: Path,
+) -> None:
+    """migrate=False on a seed-created file raises SCHEMA_MISMATCH saying it holds the
+    seed store's tables and naming the head it needs; checking writes nothing: no
+    version table, no a2_events_dispatch_age."""
+    with pytest.raises(A2Error) as raised:
+        a2sql.create_store(f"sqlite:///{seed_file}", migrate=False)
+    assert raised.value.code == ErrorCode.SCHEMA_MISMATCH
+    assert "seed store" in raised.value.message
+    assert migrations.head_revision() in raised.value.message
+    assert _version(seed_file) == []
+    assert DISPATCH_AGE not in _indexes(seed_file)
+    assert _signature(seed_file) == migrations.baseline_sqlite_signature()
 
 
 def test_create_store_reads_rows_the_seed_wrote(seed_file: Path) -> None:
