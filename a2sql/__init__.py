@@ -17,12 +17,14 @@ from a2sql.records import (
     ClaimResult,
     CompleteResult,
     Completion,
+    Dispatch,
     Event,
     EventCause,
     EventPage,
     FailResult,
     NewEvent,
     PresenceEntry,
+    ReleaseResult,
     RenewResult,
     SessionPage,
     SessionSummary,
@@ -31,6 +33,7 @@ from a2sql.records import (
     StateRead,
     StoredEvent,
 )
+from a2sql.reducers import reduce, reduce_async
 from a2sql.store import Inspector, Operations, Presence, Store, UsingConnection
 from a2sql.stream import AsyncEventStream, EventStream
 
@@ -49,6 +52,7 @@ __all__ = [
     "Clock",
     "CompleteResult",
     "Completion",
+    "Dispatch",
     "ErrorCode",
     "Event",
     "EventCause",
@@ -60,6 +64,7 @@ __all__ = [
     "Operations",
     "Presence",
     "PresenceEntry",
+    "ReleaseResult",
     "RenewResult",
     "SessionPage",
     "SessionSummary",
@@ -72,4 +77,6 @@ __all__ = [
     "UsingConnection",
     "create_async_store",
     "create_store",
+    "reduce",
+    "reduce_async",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from datetime import datetime
 from types import TracebackType
@@ -15,6 +15,7 @@ from a2sql import calls
 from a2sql import migrate as migrations
 from a2sql.begin import begin_own
 from a2sql.calls import Call, Context, Done, run_in_savepoint, run_own_transaction
+from a2sql.clock import Clock
 from a2sql.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
 from a2sql.records import (
     JSON,
@@ -23,10 +24,12 @@ from a2sql.records import (
     ClaimResult,
     CompleteResult,
     Completion,
+    Dispatch,
     EventPage,
     FailResult,
     NewEvent,
     PresenceEntry,
+    ReleaseResult,
     RenewResult,
     SessionPage,
     SnapshotInfo,
@@ -34,7 +37,7 @@ from a2sql.records import (
     StoredEvent,
 )
 from a2sql.stream import AsyncEventStream
-from a2sql.wakeups import LOCAL, PostgresListener, database_key
+from a2sql.wakeups import ALL_SESSIONS, LOCAL, PostgresListener, database_key
 
 T = TypeVar("T")
 
@@ -73,13 +76,48 @@ class AsyncOperations:
         ttl_ms: int,
         expires_at: datetime | None = None,
         exclude_indexes: Sequence[int] = (),
+        limit: int | None = None,
     ) -> ClaimResult:
-        """Claim every ready event that is free or whose claim expired."""
+        """Claim the ready events that are free or whose claim expired: every one, or at
+        most ``limit`` (1 to 1000), lowest indexes first."""
         return await self._run(
             calls.claim_available(
-                self._ctx, session_id, holder, ttl_ms, expires_at, exclude_indexes
+                self._ctx, session_id, holder, ttl_ms, expires_at, exclude_indexes, limit
             )
         )
+
+    async def claim_next(
+        self,
+        *,
+        holder: str,
+        ttl_ms: int,
+        expires_at: datetime | None = None,
+        limit: int | None = None,
+        prefix: str = "",
+    ) -> Dispatch:
+        """Claim work in whichever session under ``prefix`` waited longest.
+
+        The session whose oldest claimable event was created first is picked
+        (ties by session id) and claimed in as ``claim_available(limit=limit)``
+        would. ``idle`` when there is nothing to claim, with ``retry_at`` when
+        something becomes claimable later. On PostgreSQL concurrent callers
+        pass over sessions another transaction holds, so they never wait for
+        each other. Sessions whose work is all dead letters, or behind them,
+        are never picked.
+        """
+        return await self._run(
+            calls.claim_next(self._ctx, holder, ttl_ms, expires_at, limit, prefix)
+        )
+
+    async def release_claims(
+        self, session_id: str, *, holder: str, claims: Sequence[ClaimRef]
+    ) -> ReleaseResult:
+        """Give up claims at once, so another worker can take the events now.
+
+        A released attempt can no longer complete; the next claim is a new
+        attempt. Claims a later attempt took are listed as ``superseded``.
+        """
+        return await self._run(calls.release_claims(self._ctx, session_id, holder, claims))
 
     async def renew_claims(
         self,
@@ -117,11 +155,24 @@ class AsyncOperations:
         return await self._run(calls.complete_attempts(self._ctx, session_id, completions))
 
     async def fail_attempt(
-        self, session_id: str, *, index: int, attempt: int, error: str, max_failures: int
+        self,
+        session_id: str,
+        *,
+        index: int,
+        attempt: int,
+        error: str,
+        max_failures: int,
+        retry_after_ms: int | None = None,
     ) -> FailResult:
-        """Count a failure of ``attempt``; dead-letter the event at ``max_failures``."""
+        """Count a failure of ``attempt``; dead-letter the event at ``max_failures``.
+
+        With ``retry_after_ms``, a failed event is claimable again only after that
+        delay (``FailResult.retry_at``); without, at once.
+        """
         return await self._run(
-            calls.fail_attempt(self._ctx, session_id, index, attempt, error, max_failures)
+            calls.fail_attempt(
+                self._ctx, session_id, index, attempt, error, max_failures, retry_after_ms
+            )
         )
 
     async def read_state(self, session_id: str, reducer_name: str) -> StateRead:
@@ -249,17 +300,36 @@ class AsyncStore(AsyncOperations):
         Wakes as ``Store.stream`` does; ``aclose()`` or cancelling the task ends it.
         """
         sid, start, interval = calls.stream_start(self._ctx, session_id, start_after, poll_interval)
-        listener = self._listener
-        # A forked child listens on a connection of its own.
-        if (listener is None or listener.inherited) and self._engine.dialect.name == "postgresql":
-            self._listener = PostgresListener(self._engine.sync_engine, self._database)
-            self._listener.start()
+        self._listen()
         return AsyncEventStream(
             lambda after, limit: self._run(calls.stream_page(sid, after, limit)),
             lambda callback: LOCAL.subscribe(self._database, sid, callback),
             start_after=start,
             poll_interval=interval,
         )
+
+    def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (from any thread) whenever a session of the database may
+        have new work: events appended or completed with children, claims released.
+
+        A hint, as for streams: from this process's stores at once, on PostgreSQL
+        also from other processes' (LISTEN/NOTIFY). Returns the unsubscribe.
+        Idle workers wait on it.
+        """
+        self._listen()
+        return LOCAL.subscribe(self._database, ALL_SESSIONS, callback)
+
+    @property
+    def clock(self) -> Clock:
+        """The clock every stored time comes from."""
+        return self._ctx.clock
+
+    def _listen(self) -> None:
+        listener = self._listener
+        # A forked child listens on a connection of its own.
+        if (listener is None or listener.inherited) and self._engine.dialect.name == "postgresql":
+            self._listener = PostgresListener(self._engine.sync_engine, self._database)
+            self._listener.start()
 
     # --- lifetime ---------------------------------------------------------------
 

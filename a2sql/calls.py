@@ -27,6 +27,7 @@ from a2sql.execute import Transaction
 from a2sql.ops import append as append_ops
 from a2sql.ops import attempts as attempt_ops
 from a2sql.ops import claims as claim_ops
+from a2sql.ops import dispatch as dispatch_ops
 from a2sql.ops import inspect as inspect_ops
 from a2sql.ops import presence as presence_ops
 from a2sql.ops import state as state_ops
@@ -38,11 +39,13 @@ from a2sql.records import (
     ClaimResult,
     CompleteResult,
     Completion,
+    Dispatch,
     EventCause,
     EventPage,
     FailResult,
     NewEvent,
     PresenceEntry,
+    ReleaseResult,
     RenewResult,
     SessionPage,
     SnapshotInfo,
@@ -223,10 +226,12 @@ def claim_available(
     ttl_ms: object,
     expires_at: object,
     exclude_indexes: object,
+    limit: object,
 ) -> Call[ClaimResult]:
     sid = validate.name(session_id, "session_id")
     who = validate.name(holder, "holder")
     expiry = _lease(ctx, ttl_ms, expires_at)
+    most = _claim_limit(limit)
     excluded = [
         validate.integer(index, f"exclude_indexes[{position}]", minimum=1)
         for position, index in enumerate(
@@ -237,10 +242,84 @@ def claim_available(
     def run(tx: Transaction) -> ClaimResult:
         now = ctx.now()
         return claim_ops.claim_available(
-            tx, sid, holder=who, now=now, expires_at=expiry(now), exclude_indexes=excluded
+            tx,
+            sid,
+            holder=who,
+            now=now,
+            expires_at=expiry(now),
+            exclude_indexes=excluded,
+            limit=most,
         )
 
     return Call(run, lock_session=sid)
+
+
+def _claim_limit(limit: object) -> int | None:
+    return None if limit is None else validate.limit(limit)
+
+
+def _prefix(prefix: object) -> str:
+    if not isinstance(prefix, str):
+        raise invalid("prefix", f"must be a str, got {type(prefix).__name__}")
+    if prefix:
+        validate.name(prefix, "prefix")
+    return prefix
+
+
+def claim_next(
+    ctx: Context,
+    holder: object,
+    ttl_ms: object,
+    expires_at: object,
+    limit: object,
+    prefix: object,
+) -> Call[Dispatch]:
+    who = validate.name(holder, "holder")
+    expiry = _lease(ctx, ttl_ms, expires_at)
+    most = _claim_limit(limit)
+    under = _prefix(prefix)
+
+    def run(tx: Transaction) -> Dispatch:
+        now = ctx.now()
+        return dispatch_ops.claim_next(
+            tx,
+            ctx.dialect,
+            holder=who,
+            now=now,
+            expires_at=expiry(now),
+            limit=most,
+            prefix=under,
+        )
+
+    # Which session it locks is decided inside: claim_next locks it itself.
+    return Call(run)
+
+
+def _claim_refs(claims: object) -> list[ClaimRef]:
+    refs = []
+    for position, ref in enumerate(validate.sequence(claims, "claims")):
+        if not isinstance(ref, ClaimRef):
+            raise invalid(f"claims[{position}]", f"must be a ClaimRef, got {type(ref).__name__}")
+        validate.integer(ref.index, f"claims[{position}].index", minimum=1)
+        validate.integer(ref.attempt, f"claims[{position}].attempt", minimum=1)
+        refs.append(ref)
+    return refs
+
+
+def release_claims(
+    ctx: Context, session_id: object, holder: object, claims: object
+) -> Call[ReleaseResult] | Done[ReleaseResult]:
+    sid = validate.name(session_id, "session_id")
+    who = validate.name(holder, "holder")
+    refs = _claim_refs(claims)
+    if not refs:
+        return Done(ReleaseResult(released=[], superseded=[]))
+    return Call(
+        lambda c: claim_ops.release_claims(c, sid, holder=who, claims=refs),
+        lock_session=sid,
+        # Not new events, but free ones: other processes' idle workers wake.
+        added_events=lambda result: bool(result.released),
+    )
 
 
 def renew_claims(
@@ -254,13 +333,7 @@ def renew_claims(
     sid = validate.name(session_id, "session_id")
     who = validate.name(holder, "holder")
     expiry = _lease(ctx, ttl_ms, expires_at)
-    refs = []
-    for position, ref in enumerate(validate.sequence(claims, "claims")):
-        if not isinstance(ref, ClaimRef):
-            raise invalid(f"claims[{position}]", f"must be a ClaimRef, got {type(ref).__name__}")
-        validate.integer(ref.index, f"claims[{position}].index", minimum=1)
-        validate.integer(ref.attempt, f"claims[{position}].attempt", minimum=1)
-        refs.append(ref)
+    refs = _claim_refs(claims)
     if not refs:
         return Done(RenewResult(renewed=[], superseded=[]))
 
@@ -337,18 +410,37 @@ def fail_attempt(
     attempt: object,
     error: object,
     max_failures: object,
+    retry_after_ms: object,
 ) -> Call[FailResult]:
     sid = validate.name(session_id, "session_id")
     at = validate.integer(index, "index", minimum=1)
     att = validate.integer(attempt, "attempt", minimum=1)
     message = validate.text(error, "error", ctx.limits)
     limit = validate.integer(max_failures, "max_failures", minimum=1)
-    return Call(
-        lambda c: attempt_ops.fail_attempt(
-            c, sid, index=at, attempt=att, error=message, max_failures=limit, now=ctx.now()
-        ),
-        lock_session=sid,
+    delay = (
+        None
+        if retry_after_ms is None
+        else validate.integer(
+            retry_after_ms, "retry_after_ms", minimum=0, maximum=validate.MAX_TTL_MS
+        )
     )
+
+    def run(tx: Transaction) -> FailResult:
+        now = ctx.now()
+        # No delay (or 0): claimable at once, as without one.
+        retry_at = validate.expiry(now, delay, "retry_after_ms") if delay else None
+        return attempt_ops.fail_attempt(
+            tx,
+            sid,
+            index=at,
+            attempt=att,
+            error=message,
+            max_failures=limit,
+            now=now,
+            retry_at=retry_at,
+        )
+
+    return Call(run, lock_session=sid)
 
 
 def read_state(session_id: object, reducer_name: object) -> Call[StateRead]:
@@ -429,15 +521,12 @@ def presence_read(ctx: Context, ns: object) -> Call[list[PresenceEntry]]:
 
 
 def list_sessions(ctx: Context, prefix: object, cursor: object, limit: object) -> Call[SessionPage]:
-    if not isinstance(prefix, str):
-        raise invalid("prefix", f"must be a str, got {type(prefix).__name__}")
-    if prefix:
-        validate.name(prefix, "prefix")
+    under = _prefix(prefix)
     after = validate.optional_name(cursor, "cursor")
     count = validate.limit(limit)
     return Call(
         lambda c: inspect_ops.list_sessions(
-            c, ctx.dialect, prefix=prefix, cursor=after, limit=count
+            c, ctx.dialect, prefix=under, cursor=after, limit=count
         ),
         read_only=True,
     )

@@ -42,6 +42,10 @@ class Dialect:
         streams of the session are to be woken when it commits.
         """
 
+    def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
+        """Lock the session for writing if no other transaction holds it; never wait."""
+        raise NotImplementedError
+
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
         raise NotImplementedError
 
@@ -88,6 +92,10 @@ class SqliteDialect(Dialect):
         # and other processes' streams poll.
         return None
 
+    def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
+        # The write lock, held since BEGIN IMMEDIATE, covers every session.
+        return True
+
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
         # SQLite's scalar max() is NULL if any argument is; unset times count as 0.
         first, *rest = columns
@@ -102,6 +110,11 @@ class PostgresDialect(Dialect):
         literal_column(str(SESSION_LOCK_CLASS)), func.hashtext(bindparam("sid"))
     )
     _lock = select(_lock_call)
+    _try_lock = select(
+        func.pg_try_advisory_xact_lock(
+            literal_column(str(SESSION_LOCK_CLASS)), func.hashtext(bindparam("sid"))
+        )
+    )
     # The notification rides on the lock statement: one round trip, not two.
     # NOTIFY is delivered at commit and only then, so a rolled back append
     # wakes nobody; a commit that added nothing (a replay) wakes streams for
@@ -116,6 +129,10 @@ class PostgresDialect(Dialect):
     def lock_session(self, tx: Transaction, session_id: str, *, announce: bool) -> None:
         statement = self._lock_and_notify if announce else self._lock
         execute.run(tx, statement, {"sid": session_id})
+
+    def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
+        [(locked,)] = execute.rows(tx, self._try_lock, {"sid": session_id})
+        return bool(locked)
 
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
         # greatest() skips NULLs.

@@ -12,6 +12,7 @@ JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | 
 ClaimOutcome: TypeAlias = Literal["claimed", "busy", "settled"]
 CompleteOutcome: TypeAlias = Literal["completed", "superseded"]
 FailOutcome: TypeAlias = Literal["failed", "dead_lettered", "superseded"]
+DispatchOutcome: TypeAlias = Literal["claimed", "idle"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +118,28 @@ class RenewResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseResult:
+    """Indexes whose claims were given up, and indexes taken over by a later attempt."""
+
+    released: list[int]
+    superseded: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """``claim_next``: ``claimed`` with the session and its claimed events, or ``idle``.
+
+    ``retry_at`` (only when idle) is the earliest time something under the
+    prefix becomes claimable (an expiring claim, a delayed retry), or ``None``.
+    """
+
+    outcome: DispatchOutcome
+    session_id: str | None = None
+    events: list[StoredEvent] = field(default_factory=list)
+    retry_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CompleteResult:
     """``completed`` with the appended events, or ``superseded`` with none."""
 
@@ -126,10 +149,15 @@ class CompleteResult:
 
 @dataclass(frozen=True, slots=True)
 class FailResult:
-    """The outcome of a failure report and the event's failure count after it."""
+    """The outcome of a failure report and the event's failure count after it.
+
+    ``retry_at``: when a ``failed`` event becomes claimable again after a
+    ``retry_after_ms`` delay; ``None`` when it is claimable at once.
+    """
 
     outcome: FailOutcome
     failure_count: int
+    retry_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,10 @@
-"""The one declaration of a2sql's tables and indexes, for every engine (SPEC §5).
+"""The one declaration of a2sql's tables and indexes, for every engine.
 
-On SQLite this is exactly the DDL of the TypeScript seed store a2sql was drawn from:
-same names, same column order, strict tables, so that a database file
-written by either store can be opened by the other.
+On SQLite the tables are exactly those of the TypeScript seed store a2sql was
+drawn from: same names, same column order, strict tables, so that a database
+file written by either store can be opened by the other. a2sql adds one
+index of its own (``a2_events_dispatch_age``, revision 0002), which the seed
+neither needs nor minds.
 """
 
 from __future__ import annotations
@@ -73,6 +75,16 @@ Index(
 )
 Index(
     "a2_events_claim_expiry",
+    events.c.session_id,
+    events.c.claim_expires_at,
+    sqlite_where=text(DISPATCHABLE_SQLITE),
+    postgresql_where=text(DISPATCHABLE_POSTGRES),
+)
+# claim_next's order across sessions: the oldest dispatchable events first,
+# with the claim's expiry at hand to pass over the ones claimed now.
+Index(
+    "a2_events_dispatch_age",
+    events.c.created_at,
     events.c.session_id,
     events.c.claim_expires_at,
     sqlite_where=text(DISPATCHABLE_SQLITE),

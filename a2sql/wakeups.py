@@ -62,7 +62,11 @@ class Wakeups:
                     cb for (db, _), cbs in self._callbacks.items() if db == database for cb in cbs
                 ]
             else:
-                targets = list(self._callbacks.get((database, session_id), ()))
+                # Those watching every session (idle workers) are woken too.
+                targets = [
+                    *self._callbacks.get((database, session_id), ()),
+                    *self._callbacks.get((database, ALL_SESSIONS), ()),
+                ]
         for callback in targets:
             callback()
 

@@ -23,12 +23,13 @@ from a2sql.records import (
     ClaimResult,
     CompleteResult,
     Completion,
+    Dispatch,
     Event,
     EventCause,
-    FailOutcome,
     FailResult,
     NewEvent,
     PresenceEntry,
+    ReleaseResult,
     RenewResult,
     Snapshot,
     StateRead,
@@ -313,36 +314,109 @@ class Model:
         ttl_ms: int,
         expires_at: datetime | None = None,
         exclude_indexes: Sequence[int] = (),
+        limit: int | None = None,
     ) -> ClaimResult:
-        """SPEC §3 claim_available."""
+        """SPEC §3 claim_available, with §6's limit."""
         with self._transaction() as state:
             now = self.now()
-            until = self._expiry(now, ttl_ms, expires_at)
             events = self._events(state, session_id)
-            claimable = [
-                e
-                for e in events
-                if e.claimable_kind
-                and e.index not in exclude_indexes
-                and (e.claim_expires_at is None or e.claim_expires_at <= now)
-            ]
-            for e in claimable:
-                e.attempt_count += 1
-                if e.first_claimed_at is None:
-                    e.first_claimed_at = now
-                e.last_claimed_at = now
-                e.claim_holder = holder
-                e.claim_expires_at = until
-            if claimable:
-                return ClaimResult(outcome="claimed", events=[e.stored() for e in claimable])
-            active = [
-                e.claim_expires_at
-                for e in events
-                if e.claimable_kind and e.claim_expires_at is not None and e.claim_expires_at > now
-            ]
+            claimed = self._claim(
+                events, now, holder, self._expiry(now, ttl_ms, expires_at), exclude_indexes, limit
+            )
+            if claimed:
+                return ClaimResult(outcome="claimed", events=claimed)
+            active = self._live_expiries(events, now)
             if active:
                 return ClaimResult(outcome="busy", retry_at=min(active))
             return ClaimResult(outcome="settled")
+
+    @staticmethod
+    def _free(e: ModelEvent, now: datetime) -> bool:
+        return e.claimable_kind and (e.claim_expires_at is None or e.claim_expires_at <= now)
+
+    @staticmethod
+    def _live_expiries(events: list[ModelEvent], now: datetime) -> list[datetime]:
+        return [
+            e.claim_expires_at
+            for e in events
+            if e.claimable_kind and e.claim_expires_at is not None and e.claim_expires_at > now
+        ]
+
+    def _claim(
+        self,
+        events: list[ModelEvent],
+        now: datetime,
+        holder: str,
+        until: datetime,
+        exclude_indexes: Sequence[int] = (),
+        limit: int | None = None,
+    ) -> list[StoredEvent]:
+        claimable = [e for e in events if self._free(e, now) and e.index not in exclude_indexes][
+            :limit
+        ]
+        for e in claimable:
+            e.attempt_count += 1
+            if e.first_claimed_at is None:
+                e.first_claimed_at = now
+            e.last_claimed_at = now
+            e.claim_holder = holder
+            e.claim_expires_at = until
+        return [e.stored() for e in claimable]
+
+    def claim_next(
+        self,
+        *,
+        holder: str,
+        ttl_ms: int,
+        expires_at: datetime | None = None,
+        limit: int | None = None,
+        prefix: str = "",
+    ) -> Dispatch:
+        """SPEC §6 claim_next: the session whose oldest claimable event is oldest."""
+        with self._transaction() as state:
+            now = self.now()
+            under = {
+                sid: events for sid, events in state.sessions.items() if sid.startswith(prefix)
+            }
+            ages = [
+                (min(e.created_at for e in events if self._free(e, now)), sid)
+                for sid, events in under.items()
+                if any(self._free(e, now) for e in events)
+            ]
+            if ages:
+                _, sid = min(ages)
+                until = self._expiry(now, ttl_ms, expires_at)
+                claimed = self._claim(under[sid], now, holder, until, limit=limit)
+                return Dispatch("claimed", sid, claimed)
+            active = [
+                when for events in under.values() for when in self._live_expiries(events, now)
+            ]
+            return Dispatch("idle", retry_at=min(active) if active else None)
+
+    def release_claims(
+        self, session_id: str, *, holder: str, claims: Sequence[ClaimRef]
+    ) -> ReleaseResult:
+        """SPEC §6 release_claims."""
+        with self._transaction() as state:
+            events = self._events(state, session_id)
+            released: list[int] = []
+            superseded: list[int] = []
+            for claim in claims:
+                e = self._at(events, claim.index)
+                if e is None:
+                    continue
+                if e.attempt_count > claim.attempt:
+                    superseded.append(claim.index)
+                elif (
+                    e.attempt_count == claim.attempt
+                    and e.processed_at is None
+                    and e.failed_at is None
+                    and e.claim_holder == holder
+                ):
+                    e.claim_holder = None
+                    e.claim_expires_at = None
+                    released.append(claim.index)
+            return ReleaseResult(released=sorted(released), superseded=sorted(superseded))
 
     def renew_claims(
         self,
@@ -454,9 +528,16 @@ class Model:
         return results
 
     def fail_attempt(
-        self, session_id: str, *, index: int, attempt: int, error: str, max_failures: int
+        self,
+        session_id: str,
+        *,
+        index: int,
+        attempt: int,
+        error: str,
+        max_failures: int,
+        retry_after_ms: int | None = None,
     ) -> FailResult:
-        """SPEC §3 fail_attempt."""
+        """SPEC §3 fail_attempt, with §6's retry delay."""
         with self._transaction() as state:
             e = self._at(self._events(state, session_id), index)
             if e is None:
@@ -465,12 +546,14 @@ class Model:
                 return FailResult(outcome="superseded", failure_count=e.failure_count)
             if e.failed_at is not None:
                 return FailResult(outcome="dead_lettered", failure_count=e.failure_count)
-            if e.claim_holder is None:
-                outcome: FailOutcome = (
-                    "failed" if e.last_failed_attempt == attempt else "superseded"
-                )
-                return FailResult(outcome=outcome, failure_count=e.failure_count)
             now = self.now()
+            if e.claim_holder is None:
+                if e.last_failed_attempt != attempt:
+                    return FailResult(outcome="superseded", failure_count=e.failure_count)
+                delayed = e.claim_expires_at
+                return FailResult(
+                    "failed", e.failure_count, delayed if delayed and delayed > now else None
+                )
             e.failure_count += 1
             e.last_error = error
             e.last_failed_at = now
@@ -480,7 +563,9 @@ class Model:
             if e.failure_count >= max_failures:
                 e.failed_at = now
                 return FailResult(outcome="dead_lettered", failure_count=e.failure_count)
-            return FailResult(outcome="failed", failure_count=e.failure_count)
+            if retry_after_ms:
+                e.claim_expires_at = now + timedelta(milliseconds=retry_after_ms)
+            return FailResult("failed", e.failure_count, e.claim_expires_at)
 
     # --- state ------------------------------------------------------------
 

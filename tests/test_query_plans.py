@@ -28,9 +28,11 @@ import a2sql
 from a2sql import NewEvent
 from a2sql.ops.append import PARENT_ATTEMPTS
 from a2sql.ops.attempts import COMPLETE_IF_CURRENT, PROMOTE_LANE_HEAD
-from a2sql.ops.claims import CLAIM, NEXT_EXPIRY
+from a2sql.ops.claims import NEXT_EXPIRY, claim_statement
+from a2sql.ops.dispatch import CANDIDATES_PER_READ, bounds, candidates, next_free
 from a2sql.ops.events import EVENTS_BY_ID, PENDING_LANES, SESSION_STATUS
 from a2sql.ops.inspect import PAGE
+from a2sql.types import to_millis
 
 SESSIONS = 200
 PER_SESSION = 100
@@ -43,6 +45,7 @@ CLAIM_EXPIRY = "a2_events_claim_expiry"
 UNPROCESSED = "a2_events_unprocessed"
 LANE_PENDING = "a2_events_lane_pending"
 EVENT_ID = "a2_events_event_id"
+DISPATCH_AGE = "a2_events_dispatch_age"
 
 _PG_LOAD = """
 insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, lane,
@@ -223,7 +226,7 @@ def test_claim_seeks_a_partial_index_of_dispatchable_events(plans: Explainer) ->
     a2sql orders the claimed events itself.
     """
     plan = plans.explain(
-        CLAIM,
+        claim_statement(False, False),
         {"sid": TARGET, "now": NOW, "holder": "w", "expires_at": NOW + timedelta(seconds=30)},
     )
     seeks = plans_seeking(plan, {DISPATCH_READY, CLAIM_EXPIRY})
@@ -462,3 +465,150 @@ def test_no_hot_path_statement_scans_the_events_table(plans: Explainer) -> None:
     for sql, params in statements:
         plan = plans.explain_sql(sql, params)
         assert not plan.full_scans(), f"{sql}\n{_why(plan)}"
+
+
+# --- claim_next: the oldest claimable event across sessions (revision 0002) -----
+
+# Events arrive round-robin over the sessions, a millisecond apart, so that age
+# order interleaves sessions. Every tenth event is dispatchable; of those, every
+# second one is claimed beyond NOW. The rest are processed.
+_PG_DISPATCH_LOAD = """
+insert into a2_events (session_id, idx, event_type, payload, event_id, created_at,
+    lane_ready, processed_at, processed_by_attempt, attempt_count, claim_holder,
+    claim_expires_at)
+select %(prefix)s::text || lpad(s::text, %(width)s, '0'), i, 'filler', '{"n":1}'::json,
+    md5(%(prefix)s::text || s || '/' || i),
+    %(start)s + (i * %(sessions)s + s) * interval '1 millisecond',
+    i %% 10 = 0, case when i %% 10 = 0 then null else %(start)s end,
+    case when i %% 10 = 0 then null else 1 end,
+    case when i %% 10 = 0 and i %% 20 != 0 then 0 else 1 end,
+    case when i %% 20 = 0 then 'w' end,
+    case when i %% 20 = 0 then %(claimed_until)s end
+from generate_series(1, %(per)s) as i, generate_series(0, %(sessions)s - 1) as s
+"""
+
+_SQLITE_DISPATCH_LOAD = """
+insert into a2_events (session_id, idx, event_type, payload, event_id, created_at,
+    lane_ready, processed_at, processed_by_attempt, attempt_count, claim_holder,
+    claim_expires_at)
+with recursive
+    s(n) as (select 0 union all select n + 1 from s where n < :sessions - 1),
+    k(i) as (select 1 union all select i + 1 from k where i < :per)
+select :prefix || printf('%0' || :width || 'd', n), i, 'filler', '{"n":1}',
+    :prefix || n || '/' || i, :start + i * :sessions + n,
+    i % 10 = 0, case when i % 10 = 0 then null else :start end,
+    case when i % 10 = 0 then null else 1 end,
+    case when i % 10 = 0 and i % 20 != 0 then 0 else 1 end,
+    case when i % 20 = 0 then 'w' end,
+    case when i % 20 = 0 then :claimed_until end
+from k, s
+"""
+
+DISPATCH_START = NOW - timedelta(days=1)
+CLAIMED_UNTIL = NOW + timedelta(minutes=5)
+# Prefixes: most of the sessions, a tenth of them, and the one long session.
+DISPATCH_PREFIXES = ("s/", "s/001", "long/")
+
+
+def _load_dispatch(store: a2sql.Store) -> None:
+    postgres = store.engine.dialect.name == "postgresql"
+    start: Any = DISPATCH_START if postgres else to_millis(DISPATCH_START)
+    until: Any = CLAIMED_UNTIL if postgres else to_millis(CLAIMED_UNTIL)
+    with store.engine.connect() as connection:
+        for prefix, width, sessions, per in (
+            ("s/", 5, SESSIONS, PER_SESSION),
+            (LONG[:-1], 1, 1, LONG_EVENTS),
+        ):
+            params = {
+                "prefix": prefix,
+                "width": width,
+                "sessions": sessions,
+                "per": per,
+                "start": start,
+                "claimed_until": until,
+            }
+            with connection.begin():
+                connection.exec_driver_sql(
+                    _PG_DISPATCH_LOAD if postgres else _SQLITE_DISPATCH_LOAD, params
+                )
+        if postgres:
+            connection.exec_driver_sql("analyze a2_events")
+            connection.commit()
+
+
+@pytest.fixture
+def dispatch_plans(db_url: str) -> Iterator[Explainer]:
+    with a2sql.create_store(db_url, migrate=True) as store:
+        _load_dispatch(store)
+        yield Explainer(store)
+
+
+def _bounds(prefix: str) -> tuple[bool, bool, dict[str, Any]]:
+    """claim_next's prefix bounds, as a2sql.ops.dispatch.claim_next binds them."""
+    params: dict[str, Any] = {"now": NOW, **bounds(prefix)}
+    return "lower" in params, "upper" in params, params
+
+
+def _entries_read(node: dict[str, Any]) -> float:
+    """Index entries (or rows) of a2_events an EXPLAIN ANALYZE tree read: those it kept
+    and those its filters removed."""
+    read = 0.0
+    if node.get("Relation Name") == "a2_events":
+        read += node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+    return read + sum(_entries_read(child) for child in node.get("Plans", []))
+
+
+def test_claim_next_candidates_read_the_dispatch_age_index_in_order(
+    dispatch_plans: Explainer,
+) -> None:
+    """claim_next's candidates (the oldest claimable events' sessions) come out of
+    a2_events_dispatch_age in its order: no sort, no other index, no table scan. On
+    PostgreSQL the read stops after the 16 it needs and the claimed ones between them
+    (half of the oldest are claimed: at most 2 x 16 entries), whatever the table holds."""
+    lower, upper, params = _bounds("")
+    sql, sent = dispatch_plans.sent(
+        candidates(dispatch_plans.engine.dialect.name, lower, upper, False), params
+    )
+    plan = dispatch_plans.explain_sql(sql, sent)
+    assert plan.indexes() == {DISPATCH_AGE}, _why(plan)
+    assert not plan.sorts, _why(plan)
+    if not dispatch_plans.postgres:
+        return
+    with dispatch_plans.engine.connect() as connection:
+        raw: Any = connection.exec_driver_sql(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, sent
+        ).scalar()
+    tree = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    assert tree["Actual Rows"] == CANDIDATES_PER_READ, json.dumps(tree, indent=1)
+    assert _entries_read(tree) <= 2 * CANDIDATES_PER_READ, json.dumps(tree, indent=1)
+
+
+@pytest.mark.parametrize("prefix", DISPATCH_PREFIXES)
+def test_claim_next_candidates_under_a_prefix_read_the_dispatch_age_index_in_order(
+    dispatch_plans: Explainer, engine_kind: str, prefix: str, request: pytest.FixtureRequest
+) -> None:
+    """claim_next(prefix=...)'s candidates, the prefix a range on session_id (most of
+    the sessions, a tenth of them, one long session), also come out of
+    a2_events_dispatch_age in its order (session_id checked on its entries), not sorted:
+    on PostgreSQL a range on session_id, on SQLite a test of its first characters."""
+    lower, upper, params = _bounds(prefix)
+    plan = dispatch_plans.explain(
+        candidates(dispatch_plans.engine.dialect.name, lower, upper, False), params
+    )
+    assert plan.indexes() == {DISPATCH_AGE}, _why(plan)
+    assert not plan.sorts, _why(plan)
+
+
+@pytest.mark.parametrize("prefix", ("", *DISPATCH_PREFIXES))
+def test_claim_next_idle_retry_at_reads_only_a_partial_dispatchable_index(
+    dispatch_plans: Explainer, prefix: str
+) -> None:
+    """An idle claim_next's retry_at (the earliest claim still running under the prefix)
+    reads one of the partial indexes of dispatchable events, never a2_events whole nor
+    its key. No index leads with claim_expires_at, so it reads every claimed
+    dispatchable entry under the prefix (which one the planner takes is its choice)."""
+    lower, upper, params = _bounds(prefix)
+    plan = dispatch_plans.explain(next_free(lower, upper), params)
+    partial = {DISPATCH_AGE, CLAIM_EXPIRY, DISPATCH_READY}
+    assert plan.accesses and plan.indexes() <= partial, _why(plan)
+    assert not plan.sorts, _why(plan)

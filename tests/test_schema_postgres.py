@@ -43,6 +43,7 @@ BIGINT_COLUMNS = {
 }
 UNPROCESSED = "(processed_at IS NULL)"
 DISPATCHABLE = "(lane_ready AND (processed_at IS NULL) AND (failed_at IS NULL))"
+VERSION_PKEY = "a2sql_alembic_version_pkc"
 
 
 @pytest.fixture
@@ -92,7 +93,8 @@ def indexes(connection: Connection) -> dict[str, dict[str, Any]]:
 
 
 def test_partial_indexes_exist_with_their_predicates(migrated: Connection) -> None:
-    """The seed's indexes, partial ones with their WHERE, are declared on PostgreSQL too."""
+    """The seed's indexes, partial ones with their WHERE, are declared on PostgreSQL too,
+    and so is a2sql's own a2_events_dispatch_age (revision 0002); no other index is."""
     found = indexes(migrated)
     expected = {
         "a2_events_event_id": (["event_id"], True, None),
@@ -100,6 +102,11 @@ def test_partial_indexes_exist_with_their_predicates(migrated: Connection) -> No
         "a2_events_lane_pending": (["session_id", "lane", "idx"], False, UNPROCESSED),
         "a2_events_dispatch_ready": (["session_id", "idx"], False, DISPATCHABLE),
         "a2_events_claim_expiry": (["session_id", "claim_expires_at"], False, DISPATCHABLE),
+        "a2_events_dispatch_age": (
+            ["created_at", "session_id", "claim_expires_at"],
+            False,
+            DISPATCHABLE,
+        ),
     }
     for name, (index_columns, unique, predicate) in expected.items():
         assert name in found, f"index {name} is missing"
@@ -110,6 +117,8 @@ def test_partial_indexes_exist_with_their_predicates(migrated: Connection) -> No
             unique,
             predicate,
         ), name
+    primary_keys = {"a2_events_pkey", "a2_snapshots_pkey", "a2_presence_pkey"}
+    assert set(found) - primary_keys - {VERSION_PKEY} == set(expected)
 
 
 def test_partial_index_predicates_appear_in_pg_indexes(migrated: Connection) -> None:
@@ -124,6 +133,7 @@ def test_partial_index_predicates_appear_in_pg_indexes(migrated: Connection) -> 
     )
     assert definitions["a2_events_unprocessed"].endswith(f"WHERE {UNPROCESSED}")
     assert definitions["a2_events_dispatch_ready"].endswith(f"WHERE {DISPATCHABLE}")
+    assert definitions["a2_events_dispatch_age"].endswith(f"WHERE {DISPATCHABLE}")
     assert "WHERE" not in definitions["a2_events_event_id"]
 
 

@@ -10,9 +10,12 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+HEAD = "0002_dispatch_age"
 
 
 def test_wheel_contains_migrations_and_migrates_a_new_database(tmp_path: Path) -> None:
+    """The wheel ships env.py and every revision script; its `a2sql migrate`, run with
+    a2sql from the wheel alone, takes a new SQLite file to head (0002_dispatch_age)."""
     dist = tmp_path / "dist"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(ROOT)],
@@ -23,6 +26,10 @@ def test_wheel_contains_migrations_and_migrates_a_new_database(tmp_path: Path) -
     names = zipfile.ZipFile(wheel).namelist()
     assert "a2sql/_migrations/env.py" in names
     assert "a2sql/_migrations/versions/0001_baseline.py" in names
+    assert f"a2sql/_migrations/versions/{HEAD}.py" in names
+    # Every script of the source tree, so that a revision added later is shipped too.
+    for script in (ROOT / "migrations" / "versions").glob("*.py"):
+        assert f"a2sql/_migrations/versions/{script.name}" in names, script.name
     assert "a2sql/py.typed" in names
 
     # Installing a pure wheel is unpacking it onto the path; dependencies come
@@ -52,9 +59,9 @@ def test_wheel_contains_migrations_and_migrates_a_new_database(tmp_path: Path) -
         text=True,
     )
     assert result.returncode == 0, result.stderr
-    assert "0001_baseline" in result.stdout
+    assert f"empty -> {HEAD}" in result.stdout
     with sqlite3.connect(db) as connection:
-        tables = {row[0] for row in connection.execute("select name from sqlite_master")}
+        names_in_db = {row[0] for row in connection.execute("select name from sqlite_master")}
         version = connection.execute("select version_num from a2sql_alembic_version").fetchall()
-    assert {"a2_events", "a2_snapshots", "a2_presence"} <= tables
-    assert version == [("0001_baseline",)]
+    assert {"a2_events", "a2_snapshots", "a2_presence", "a2_events_dispatch_age"} <= names_in_db
+    assert version == [(HEAD,)]

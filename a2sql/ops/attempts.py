@@ -86,7 +86,8 @@ MARK_FAILED = (
         last_failed_attempt=bindparam("attempt"),
         failed_at=bindparam("dead_at", type_=Timestamp()),
         claim_holder=null(),
-        claim_expires_at=null(),
+        # Unset, or the end of the retry delay: not claimable before then.
+        claim_expires_at=bindparam("retry_at", type_=Timestamp()),
     )
 )
 
@@ -222,8 +223,10 @@ def fail_attempt(
     error: str,
     max_failures: int,
     now: datetime,
+    retry_at: datetime | None,
 ) -> FailResult:
-    """Count a failure of the current attempt and release its claim (SPEC §3)."""
+    """Count a failure of the current attempt and release its claim (SPEC §3); with
+    ``retry_at``, a failed (not dead-lettered) event is claimable again only then (§6)."""
     event = _event_at(tx, session_id, index)
     if event.processed_at is not None or event.attempt_count != attempt:
         return FailResult("superseded", event.failure_count)
@@ -231,10 +234,18 @@ def fail_attempt(
         return FailResult("dead_lettered", event.failure_count)
     if event.claim_holder is None:
         # A retried call of the failure that released the claim reports it again.
-        retried = event.last_failed_attempt == attempt
-        return FailResult("failed" if retried else "superseded", event.failure_count)
+        if event.last_failed_attempt != attempt:
+            return FailResult("superseded", event.failure_count)
+        delayed = event.claim_expires_at
+        return FailResult(
+            "failed",
+            event.failure_count,
+            delayed if delayed is not None and delayed > now else None,
+        )
     failures = event.failure_count + 1
     dead = failures >= max_failures
+    if dead:
+        retry_at = None
     execute.run(
         tx,
         MARK_FAILED,
@@ -246,6 +257,7 @@ def fail_attempt(
             "now": now,
             "attempt": attempt,
             "dead_at": now if dead else None,
+            "retry_at": retry_at,
         },
     )
-    return FailResult("dead_lettered" if dead else "failed", failures)
+    return FailResult("dead_lettered" if dead else "failed", failures, retry_at)

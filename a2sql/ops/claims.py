@@ -1,36 +1,42 @@
-"""claim_available and renew_claims."""
+"""claim_available, renew_claims and release_claims: claims within one session."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import cache
 from operator import itemgetter
+from typing import Any
 
-from sqlalchemy import bindparam, func, or_, select, true, tuple_, update
+from sqlalchemy import Update, bindparam, func, null, or_, select, true, tuple_, update
 
 from a2sql import execute
 from a2sql.codec import claimed_event
 from a2sql.execute import Transaction
 from a2sql.ops.events import ONE_ROW, SESSION
-from a2sql.records import ClaimRef, ClaimResult, RenewResult
+from a2sql.records import ClaimRef, ClaimResult, ReleaseResult, RenewResult, StoredEvent
 from a2sql.schema import events as E
 from a2sql.types import Timestamp
 
 NOW = bindparam("now", type_=Timestamp())
 EXPIRES_AT = bindparam("expires_at", type_=Timestamp())
 
-# The dispatchable events, spelled with literals exactly as the partial
-# indexes a2_events_dispatch_ready / a2_events_claim_expiry are.
-DISPATCHABLE = (
-    E.c.session_id == SESSION,
+# Ready, unprocessed, not dead-lettered: spelled with literals exactly as the
+# partial indexes a2_events_dispatch_ready / a2_events_claim_expiry /
+# a2_events_dispatch_age are.
+READY = (
     E.c.lane_ready == true(),
     E.c.processed_at.is_(None),
     E.c.failed_at.is_(None),
 )
+# The dispatchable events of one session.
+DISPATCHABLE = (E.c.session_id == SESSION, *READY)
+# Free to claim now: never claimed, released, or the claim (or retry delay) is over.
+FREE = or_(E.c.claim_expires_at.is_(None), E.c.claim_expires_at <= NOW)
 
 _claim = (
     update(E)
-    .where(*DISPATCHABLE, or_(E.c.claim_expires_at.is_(None), E.c.claim_expires_at <= NOW))
+    .where(*DISPATCHABLE, FREE)
     .values(
         attempt_count=E.c.attempt_count + 1,
         first_claimed_at=func.coalesce(E.c.first_claimed_at, NOW),
@@ -58,8 +64,23 @@ _claim = (
         E.c.last_error,
     )
 )
-CLAIM = _claim
-CLAIM_EXCLUDING = _claim.where(E.c.idx.not_in(bindparam("exclude", expanding=True)))
+
+
+@cache
+def claim_statement(excluding: bool, limited: bool) -> Update:
+    statement = _claim
+    if excluding:
+        statement = statement.where(E.c.idx.not_in(bindparam("exclude", expanding=True)))
+    if limited:
+        # The lowest claimable indexes: first in a2_events_dispatch_ready.
+        first = select(E.c.idx).where(*DISPATCHABLE, FREE)
+        if excluding:
+            first = first.where(E.c.idx.not_in(bindparam("exclude", expanding=True)))
+        statement = statement.where(
+            E.c.idx.in_(first.order_by(E.c.session_id, E.c.idx).limit(bindparam("limit")))
+        )
+    return statement
+
 
 # The earliest unexpired claim: first in a2_events_claim_expiry (see
 # a2sql.ops.events on reading firsts in index order).
@@ -73,6 +94,19 @@ NEXT_EXPIRY = select(
 
 CURRENT_ATTEMPTS = select(E.c.idx, E.c.attempt_count).where(
     E.c.session_id == SESSION, E.c.idx.in_(bindparam("indexes", expanding=True))
+)
+
+RELEASE = (
+    update(E)
+    .where(
+        E.c.session_id == SESSION,
+        tuple_(E.c.idx, E.c.attempt_count).in_(bindparam("claims", expanding=True)),
+        E.c.processed_at.is_(None),
+        E.c.failed_at.is_(None),
+        E.c.claim_holder == bindparam("holder"),
+    )
+    .values(claim_holder=null(), claim_expires_at=null())
+    .returning(E.c.idx, E.c.attempt_count)
 )
 
 RENEW = (
@@ -98,26 +132,96 @@ def claim_available(
     now: datetime,
     expires_at: datetime,
     exclude_indexes: Sequence[int],
+    limit: int | None,
 ) -> ClaimResult:
-    """Claim every dispatchable event whose claim is free or expired (SPEC §3)."""
-    params = {"sid": session_id, "now": now, "holder": holder, "expires_at": expires_at}
-    if exclude_indexes:
-        statement = CLAIM_EXCLUDING
-        params["exclude"] = sorted(set(exclude_indexes))
-    else:
-        statement = CLAIM
-    # The claim's own times as a read would give them: in UTC, once for every event.
-    claimed_at, expiry = now.astimezone(UTC), expires_at.astimezone(UTC)
-    claimed = [
-        claimed_event(row, session_id, now=claimed_at, holder=holder, expires_at=expiry)
-        for row in sorted(execute.rows(tx, statement, params), key=itemgetter(0))  # by index
-    ]
+    """Claim the dispatchable events whose claim is free or expired, at most ``limit``
+    of them, lowest indexes first (SPEC §3, §6)."""
+    claimed = claim_events(
+        tx,
+        session_id,
+        holder=holder,
+        now=now,
+        expires_at=expires_at,
+        exclude_indexes=exclude_indexes,
+        limit=limit,
+    )
     if claimed:
         return ClaimResult("claimed", claimed)
     [(retry_at,)] = execute.rows(tx, NEXT_EXPIRY, {"sid": session_id, "now": now})
     if retry_at is None:
         return ClaimResult("settled")
     return ClaimResult("busy", retry_at=retry_at)
+
+
+def claim_events(
+    tx: Transaction,
+    session_id: str,
+    *,
+    holder: str,
+    now: datetime,
+    expires_at: datetime,
+    exclude_indexes: Sequence[int] = (),
+    limit: int | None = None,
+) -> list[StoredEvent]:
+    """The claim itself: the events it took, by index (none when nothing was free)."""
+    params: dict[str, Any] = {
+        "sid": session_id,
+        "now": now,
+        "holder": holder,
+        "expires_at": expires_at,
+    }
+    if exclude_indexes:
+        params["exclude"] = sorted(set(exclude_indexes))
+    if limit is not None:
+        params["limit"] = limit
+    statement = claim_statement(bool(exclude_indexes), limit is not None)
+    # The claim's own times as a read would give them: in UTC, once for every event.
+    claimed_at, expiry = now.astimezone(UTC), expires_at.astimezone(UTC)
+    return [
+        claimed_event(row, session_id, now=claimed_at, holder=holder, expires_at=expiry)
+        for row in sorted(execute.rows(tx, statement, params), key=itemgetter(0))  # by index
+    ]
+
+
+def _current_attempts(
+    tx: Transaction, session_id: str, claims: Sequence[ClaimRef]
+) -> dict[int, int]:
+    return {
+        idx: attempt_count
+        for idx, attempt_count in execute.rows_for_each_chunk(
+            tx,
+            CURRENT_ATTEMPTS,
+            {"sid": session_id},
+            "indexes",
+            sorted({c.index for c in claims}),
+        )
+    }
+
+
+def release_claims(
+    tx: Transaction, session_id: str, *, holder: str, claims: Sequence[ClaimRef]
+) -> ReleaseResult:
+    """Give up the claims ``holder`` holds as their current attempt, at once (SPEC §6)."""
+    current = _current_attempts(tx, session_id, claims)
+    superseded = [c.index for c in claims if c.index in current and current[c.index] > c.attempt]
+    # A claim named twice is released once: the second finds it released.
+    candidates = list(
+        dict.fromkeys(
+            (c.index, c.attempt)
+            for c in claims
+            if c.index in current and current[c.index] == c.attempt
+        )
+    )
+    released = {
+        (idx, attempt)
+        for idx, attempt in execute.rows_for_each_chunk(
+            tx, RELEASE, {"sid": session_id, "holder": holder}, "claims", candidates, per_item=2
+        )
+    }
+    return ReleaseResult(
+        released=sorted(idx for idx, attempt in candidates if (idx, attempt) in released),
+        superseded=sorted(superseded),
+    )
 
 
 def renew_claims(
@@ -130,16 +234,7 @@ def renew_claims(
     expires_at: datetime,
 ) -> RenewResult:
     """Extend the claims still held by ``holder`` as their current attempt (SPEC §3)."""
-    current: dict[int, int] = {
-        idx: attempt_count
-        for idx, attempt_count in execute.rows_for_each_chunk(
-            tx,
-            CURRENT_ATTEMPTS,
-            {"sid": session_id},
-            "indexes",
-            sorted({c.index for c in claims}),
-        )
-    }
+    current = _current_attempts(tx, session_id, claims)
     # Each claim is judged on its own, in the request's order (a stale and a
     # current attempt of one event give one superseded and one renewed).
     superseded = [c.index for c in claims if c.index in current and current[c.index] > c.attempt]

@@ -46,6 +46,11 @@ NAMESPACES = ("n1", "n2")
 PARTICIPANTS = ("p", "Z", "😀")
 FIELDS = ("f", "ß")
 TTLS = (1, 50, 100, 1000, 5000)
+LIMITS = (None, None, 1, 2)
+# Retry delays of fail_attempt: none, none spelled 0, and some around the TTLs.
+DELAYS = (None, None, 0, 50, 1000)
+# claim_next's prefixes: everything, one of SESSIONS, both, none.
+PREFIXES = ("", "s1", "s", "x")
 STEPS_MS = (0, 1, 49, 50, 100, 999, 1000, 5000)
 MICROS = (0, 0, 1, 500, 999)
 REPLAY_CHANGES = (
@@ -174,7 +179,7 @@ class StoreVersusModel(RuleBasedStateMachine):
         self.model = Model(self.clock.now, self.ids)
         self.batches: list[tuple[str, list[NewEvent]]] = []
         self.completions: list[tuple[str, int, int, list[NewEvent]]] = []
-        self.failures: list[tuple[str, int, int, str, int]] = []
+        self.failures: list[tuple[str, int, int, str, int, int | None]] = []
         self.presence_times: list[datetime] = []
         self.fresh = 0
 
@@ -328,6 +333,7 @@ class StoreVersusModel(RuleBasedStateMachine):
         ttl_ms: int,
         expires_at: datetime | None,
         exclude: list[int],
+        limit: int | None = None,
     ) -> Any:
         def call(target: Any) -> Callable[[], Any]:
             return lambda: target.claim_available(
@@ -336,10 +342,28 @@ class StoreVersusModel(RuleBasedStateMachine):
                 ttl_ms=ttl_ms,
                 expires_at=expires_at,
                 exclude_indexes=exclude,
+                limit=limit,
             )
 
-        label = f"claim({session!r}, {holder}, {ttl_ms}, {expires_at}, {exclude})"
+        label = f"claim({session!r}, {holder}, {ttl_ms}, {expires_at}, {exclude}, limit {limit})"
         return self.both(label, call(self.store), call(self.model))
+
+    def op_claim_next(
+        self, holder: str, ttl_ms: int, expires_at: datetime | None, limit: int | None, prefix: str
+    ) -> Any:
+        def call(target: Any) -> Callable[[], Any]:
+            return lambda: target.claim_next(
+                holder=holder, ttl_ms=ttl_ms, expires_at=expires_at, limit=limit, prefix=prefix
+            )
+
+        label = f"claim_next({holder}, {ttl_ms}, {expires_at}, limit {limit}, {prefix!r})"
+        return self.both(label, call(self.store), call(self.model))
+
+    def op_release(self, session: str, holder: str, claims: list[ClaimRef]) -> None:
+        def call(target: Any) -> Callable[[], Any]:
+            return lambda: target.release_claims(session, holder=holder, claims=claims)
+
+        self.both(f"release({session!r}, {holder}, {claims})", call(self.store), call(self.model))
 
     def op_renew(
         self,
@@ -384,15 +408,26 @@ class StoreVersusModel(RuleBasedStateMachine):
                 self.remember(session, result, events)
 
     def op_fail(
-        self, session: str, index: int, attempt: int, error: str, max_failures: int
+        self,
+        session: str,
+        index: int,
+        attempt: int,
+        error: str,
+        max_failures: int,
+        delay: int | None = None,
     ) -> None:
         def call(target: Any) -> Callable[[], Any]:
             return lambda: target.fail_attempt(
-                session, index=index, attempt=attempt, error=error, max_failures=max_failures
+                session,
+                index=index,
+                attempt=attempt,
+                error=error,
+                max_failures=max_failures,
+                retry_after_ms=delay,
             )
 
-        self.failures.append((session, index, attempt, error, max_failures))
-        label = f"fail({session!r}, {index}, {attempt}, {error!r}, max {max_failures})"
+        self.failures.append((session, index, attempt, error, max_failures, delay))
+        label = f"fail({session!r}, {index}, {attempt}, {error!r}, max {max_failures}, {delay})"
         self.both(label, call(self.store), call(self.model))
 
     def op_put_snapshot(self, session: str, reducer: str, index: int, state: Any) -> None:
@@ -508,7 +543,34 @@ class StoreVersusModel(RuleBasedStateMachine):
         """claim_available takes every ready, free or expired event not excluded."""
         last = len(self.model.events_of(session))
         exclude = data.draw(st.lists(st.integers(1, last + 1), max_size=2))
-        self.op_claim(session, holder, ttl_ms, self.expiry(data), exclude)
+        limit = data.draw(st.sampled_from(LIMITS))
+        self.op_claim(session, holder, ttl_ms, self.expiry(data), exclude, limit)
+
+    @rule(
+        data=st.data(),
+        holder=st.sampled_from(HOLDERS),
+        ttl_ms=st.sampled_from(TTLS),
+        limit=st.sampled_from(LIMITS),
+        prefix=st.sampled_from(PREFIXES),
+    )
+    def claim_next(
+        self, data: st.DataObject, holder: str, ttl_ms: int, limit: int | None, prefix: str
+    ) -> None:
+        """claim_next serves the session whose oldest claimable event is oldest."""
+        self.op_claim_next(holder, ttl_ms, self.expiry(data), limit, prefix)
+
+    @rule(data=st.data(), session=st.sampled_from(SESSIONS))
+    def release(self, data: st.DataObject, session: str) -> None:
+        """release_claims gives the holder's current claims back, reports superseded ones."""
+        pairs = data.draw(st.lists(st.sampled_from(self.candidates(session)), max_size=3))
+        claims = [ClaimRef(index, attempt) for index, attempt in pairs]
+        holders = [
+            e.claim_holder
+            for e in self.model.events_of(session)
+            if e.claim_holder is not None and e.index in {c.index for c in claims}
+        ]
+        holder = data.draw(st.sampled_from(holders + list(HOLDERS)))
+        self.op_release(session, holder, claims)
 
     @rule(data=st.data(), session=st.sampled_from(SESSIONS), ttl_ms=st.sampled_from(TTLS))
     def renew(self, data: st.DataObject, session: str, ttl_ms: int) -> None:
@@ -528,7 +590,7 @@ class StoreVersusModel(RuleBasedStateMachine):
         session=st.sampled_from(SESSIONS),
         holder=st.sampled_from(HOLDERS),
         ttl_ms=st.sampled_from(TTLS),
-        finish=st.sampled_from(["complete", "complete", "fail", "none"]),
+        finish=st.sampled_from(["complete", "complete", "fail", "release", "none"]),
         after=st.sampled_from(AFTER_FINISH),
     )
     def work(
@@ -563,14 +625,17 @@ class StoreVersusModel(RuleBasedStateMachine):
             self.op_renew(session, who, [ClaimRef(index, attempt)], ttl_ms, None)
         returned = [self.child(data) for _ in range(data.draw(st.integers(0, 3)))]
         max_failures = data.draw(st.integers(1, 3))
+        delay = data.draw(st.sampled_from(DELAYS))
         if finish == "complete":
             self.op_complete(session, index, attempt, returned)
         elif finish == "fail":
-            self.op_fail(session, index, attempt, "boom", max_failures)
+            self.op_fail(session, index, attempt, "boom", max_failures, delay)
+        elif finish == "release":
+            self.op_release(session, holder, [ClaimRef(index, attempt)])
         if after == "complete":  # a retry after completing, a stale call after failing
             self.op_complete(session, index, attempt, returned)
         elif after == "fail":
-            self.op_fail(session, index, attempt, "boom again", max_failures)
+            self.op_fail(session, index, attempt, "boom again", max_failures, delay)
         elif after == "reclaim":  # then the first worker's heartbeat comes late
             self.op_claim(session, data.draw(st.sampled_from(HOLDERS)), ttl_ms, None, [])
             self.op_renew(session, holder, [ClaimRef(index, attempt)], ttl_ms, None)
@@ -633,7 +698,9 @@ class StoreVersusModel(RuleBasedStateMachine):
         """fail_attempt counts a failure, releases the claim, dead-letters at max_failures."""
         session = self.with_events(session)
         index, attempt = data.draw(st.sampled_from(self.candidates(session)))
-        self.op_fail(session, index, attempt, error, max_failures)
+        self.op_fail(
+            session, index, attempt, error, max_failures, data.draw(st.sampled_from(DELAYS))
+        )
 
     @precondition(lambda self: bool(self.failures))
     @rule(data=st.data())

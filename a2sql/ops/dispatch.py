@@ -1,0 +1,114 @@
+"""claim_next: work across sessions, the oldest claimable event's session first."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Select, bindparam, func, select
+
+from a2sql import execute
+from a2sql.dialects import Dialect
+from a2sql.execute import Transaction
+from a2sql.ops.claims import FREE, NOW, READY, claim_events
+from a2sql.ops.inspect import prefix_successor
+from a2sql.records import Dispatch
+from a2sql.schema import events as E
+
+# How many of the oldest claimable events one read looks at. On SQLite the
+# first one is always taken (the write lock is held); on PostgreSQL a
+# session another transaction has locked is skipped, so a read needs room
+# for a few of those before it finds one to take.
+CANDIDATES_PER_READ = 16
+
+
+def bounds(prefix: str) -> dict[str, Any]:
+    """The parameters that say "under ``prefix``" to ``candidates`` and ``next_free``."""
+    if not prefix:
+        return {}
+    params: dict[str, Any] = {"lower": prefix, "prefix_chars": len(prefix)}
+    upper = prefix_successor(prefix)
+    if upper is not None:
+        params["upper"] = upper
+    return params
+
+
+@cache
+def candidates(dialect: str, lower: bool, upper: bool, skipping: bool) -> Select[Any]:
+    """Session ids of the oldest claimable events: a2_events_dispatch_age in order.
+
+    The prefix is a range on session_id on PostgreSQL, checked on the index's
+    entries as it walks them. On SQLite a range would make the planner seek
+    the range in a2_events_claim_expiry and sort everything claimable under
+    the prefix, however much; the same test as a comparison of the first
+    characters keeps it walking the age order, stopping at the first few.
+    """
+    statement = select(E.c.session_id).where(*READY, FREE)
+    if dialect == "sqlite" and lower:
+        statement = statement.where(
+            func.substr(E.c.session_id, 1, bindparam("prefix_chars")) == bindparam("lower")
+        )
+    else:
+        statement = _under_prefix(statement, lower, upper)
+    if skipping:
+        statement = statement.where(E.c.session_id.not_in(bindparam("skipped", expanding=True)))
+    return statement.order_by(E.c.created_at, E.c.session_id).limit(CANDIDATES_PER_READ)
+
+
+@cache
+def next_free(lower: bool, upper: bool) -> Select[Any]:
+    """When the next claim or retry delay under the prefix ends."""
+    statement = select(func.min(E.c.claim_expires_at)).where(*READY, E.c.claim_expires_at > NOW)
+    return _under_prefix(statement, lower, upper)
+
+
+def _under_prefix(statement: Select[Any], lower: bool, upper: bool) -> Select[Any]:
+    if lower:
+        statement = statement.where(E.c.session_id >= bindparam("lower"))
+    if upper:
+        statement = statement.where(E.c.session_id < bindparam("upper"))
+    return statement
+
+
+def claim_next(
+    tx: Transaction,
+    dialect: Dialect,
+    *,
+    holder: str,
+    now: datetime,
+    expires_at: datetime,
+    limit: int | None,
+    prefix: str,
+) -> Dispatch:
+    """Claim in the session whose oldest claimable event is oldest (SPEC §6).
+
+    Sessions another transaction holds locked are passed over rather than
+    waited for (PostgreSQL); on SQLite the write lock makes that never happen.
+    """
+    under = bounds(prefix)
+    lower, upper = "lower" in under, "upper" in under
+    passed: list[str] = []  # locked by another transaction, or emptied since the read
+    locked = False
+    while True:
+        params = {**under, "now": now}
+        if passed:
+            params["skipped"] = passed
+        rows = execute.rows(tx, candidates(dialect.name, lower, upper, bool(passed)), params)
+        if not rows:
+            break
+        for session_id in dict.fromkeys(row[0] for row in rows):
+            if not dialect.try_lock_session(tx, session_id):
+                locked = True
+            else:
+                claimed = claim_events(
+                    tx, session_id, holder=holder, now=now, expires_at=expires_at, limit=limit
+                )
+                if claimed:
+                    return Dispatch("claimed", session_id, claimed)
+            passed.append(session_id)
+    if locked:
+        # Claimable events wait in sessions other transactions hold: now, not later.
+        return Dispatch("idle", retry_at=now)
+    [(retry_at,)] = execute.rows(tx, next_free(lower, upper), {**under, "now": now})
+    return Dispatch("idle", retry_at=retry_at)
