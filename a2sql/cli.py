@@ -1,4 +1,4 @@
-"""The ``a2sql`` command: schema migrations and a demo."""
+"""The ``a2sql`` command: schema migrations, a pool worker and a demo."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from a2sql import migrate as migrations
 from a2sql.config import ENV_URL, build_engine, resolve_url
 from a2sql.errors import DRIVER_FAILURES, A2Error, from_driver_error
+from a2sql.worker import command as worker_command
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -60,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--check", action="store_true", help="only report; exit 1 if not at the newest revision"
     )
     migrate.set_defaults(run=_migrate)
+
+    worker = commands.add_parser(
+        "worker", help="run a pool worker: claim events across sessions and run a handler"
+    )
+    worker_command.add_arguments(worker, url_help)
+    worker.set_defaults(run=worker_command.run)
 
     demo = commands.add_parser("demo", help="run a worker loop on a store and print each step")
     demo.add_argument("--url", help=url_help)

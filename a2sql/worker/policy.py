@@ -1,0 +1,193 @@
+"""What both workers decide alike: retry delays, failure texts, returned ids, holders."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import secrets
+import socket
+import traceback
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from sqlalchemy.exc import DBAPIError
+
+from a2sql import validate
+from a2sql.errors import A2Error, ErrorCode, invalid
+from a2sql.records import NewEvent, StoredEvent
+
+log = logging.getLogger("a2sql.worker")
+
+Outcome: TypeAlias = Literal["completed", "failed", "dead_lettered", "superseded", "released"]
+SessionOutcome: TypeAlias = Literal["settled", "idle", "stopped"]
+
+# Ids of returned events, derived from the event and the attempt: the same on
+# every retry of one attempt's completion, so a retry after a lost reply
+# replays the committed batch instead of appending it twice.
+RETURNED_IDS = uuid.UUID("4c1b8b1e-6a2c-4e55-9a39-a2501d0c0de5")
+# Error texts are kept in last_error; a traceback's last frame is enough.
+MAX_ERROR_CHARS = 4000
+# Waiting out a database that does not answer: from 50 ms, doubling, up to 5 s.
+TRANSIENT_FIRST_S = 0.05
+TRANSIENT_MAX_S = 5.0
+# The shortest idle wait: claimable work exists but other transactions hold it.
+MIN_IDLE_WAIT_S = 0.01
+HOSTNAME_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """How long a failed event waits before its next attempt: exponential, capped, jittered.
+
+    The n-th failure waits ``base_ms * factor ** (n - 1)``, at most ``max_ms``,
+    spread by ``±jitter`` (a fraction) so that events failing together do not
+    come back together. ``Backoff.none()`` retries at once.
+    """
+
+    base_ms: int = 1_000
+    factor: float = 2.0
+    max_ms: int = 300_000
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.base_ms < 0 or self.max_ms < 0:
+            raise ValueError("Backoff base_ms and max_ms must not be negative")
+        if self.factor < 1:
+            raise ValueError("Backoff factor must be at least 1")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError("Backoff jitter must be between 0 and 1")
+
+    @classmethod
+    def none(cls) -> Backoff:
+        """No delay: a failed event is claimable again at once."""
+        return cls(base_ms=0, jitter=0.0)
+
+    def delay_ms(self, failure: int) -> int | None:
+        """The delay after the ``failure``-th failure (1 for the first); ``None`` for none."""
+        if self.base_ms == 0 or self.max_ms == 0:
+            return None
+        raw = min(float(self.max_ms), self.base_ms * self.factor ** max(0, failure - 1))
+        spread = raw * self.jitter
+        return max(0, min(self.max_ms, round(raw + random.uniform(-spread, spread))))
+
+
+def default_holder() -> str:
+    """This host, this process and a random suffix: unique per worker, readable in claims."""
+    host = socket.gethostname()[:HOSTNAME_CHARS] or "host"
+    return f"{host}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def failure_text(error: BaseException) -> str:
+    """``Type: message`` and the frame that raised it, for ``last_error``."""
+    text = f"{type(error).__qualname__}: {error}"
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames:
+        last = frames[-1]
+        text += f"\n  at {last.filename}:{last.lineno} in {last.name}"
+    return text[:MAX_ERROR_CHARS]
+
+
+def returned_events(returned: object, event: StoredEvent, attempt: int) -> list[NewEvent]:
+    """What a handler returned, as the events to complete with: each without an id gets
+    the one derived from (event, attempt, position)."""
+    if returned is None:
+        return []
+    if isinstance(returned, NewEvent) or not isinstance(returned, Sequence):
+        raise TypeError(
+            f"a handler returns a sequence of NewEvent or None, not {type(returned).__name__}"
+        )
+    events = []
+    for position, new in enumerate(returned):
+        if not isinstance(new, NewEvent):
+            raise TypeError(f"a handler returned {type(new).__name__} at {position}, not NewEvent")
+        if new.id is None:
+            derived = uuid.uuid5(RETURNED_IDS, f"{event.id}\x00{attempt}\x00{position}")
+            new = NewEvent(new.type, new.payload, str(derived), new.cause, new.lane, new.settled)
+        events.append(new)
+    return events
+
+
+def is_transient(error: BaseException) -> bool:
+    """The database failed (or a commit's reply was lost): worth trying again."""
+    if isinstance(error, A2Error):
+        return error.code is ErrorCode.STORE_UNAVAILABLE
+    return isinstance(error, DBAPIError)
+
+
+class Pacing:
+    """Waits between tries while the database does not answer: doubling, capped."""
+
+    def __init__(self) -> None:
+        self._next = TRANSIENT_FIRST_S
+
+    def next(self) -> float:
+        wait, self._next = self._next, min(TRANSIENT_MAX_S, self._next * 2)
+        return wait
+
+    def reset(self) -> None:
+        self._next = TRANSIENT_FIRST_S
+
+
+def log_outcome(
+    session_id: str, event: StoredEvent, attempt: int, outcome: str, duration_s: float
+) -> None:
+    """The one line per handled event."""
+    level = logging.WARNING if outcome == "dead_lettered" else logging.INFO
+    log.log(
+        level,
+        "session=%s index=%d attempt=%d outcome=%s duration_ms=%.1f",
+        session_id,
+        event.index,
+        attempt,
+        outcome,
+        duration_s * 1000,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """A worker's settings, checked once."""
+
+    prefix: str
+    holder: str
+    ttl_ms: int
+    max_failures: int
+    batch: int
+    poll_interval: float
+    grace_s: float
+
+    @property
+    def renew_every_s(self) -> float:
+        """Claims are renewed every third of their lease, so two renewals can fail."""
+        return max(0.01, self.ttl_ms / 3000)
+
+
+def settings(
+    *,
+    prefix: object,
+    holder: object,
+    ttl_ms: object,
+    max_failures: object,
+    batch: object,
+    poll_interval: object,
+    grace_s: object,
+) -> Settings:
+    if not isinstance(prefix, str):
+        raise invalid("prefix", f"must be a str, got {type(prefix).__name__}")
+    if prefix:
+        validate.name(prefix, "prefix")
+    for value, argument in ((poll_interval, "poll_interval"), (grace_s, "grace_s")):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise invalid(argument, "must be a positive number of seconds")
+    return Settings(
+        prefix=prefix,
+        holder=default_holder() if holder is None else validate.name(holder, "holder"),
+        ttl_ms=validate.ttl(ttl_ms),
+        max_failures=validate.integer(max_failures, "max_failures", minimum=1),
+        batch=validate.limit(batch, "batch"),
+        poll_interval=float(poll_interval),  # type: ignore[arg-type]
+        grace_s=float(grace_s),  # type: ignore[arg-type]
+    )

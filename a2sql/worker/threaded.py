@@ -1,0 +1,466 @@
+"""Worker: serves sessions with a synchronous handler, on a ``Store``."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from sqlalchemy import Connection
+
+from a2sql.errors import A2Error
+from a2sql.records import ClaimRef, NewEvent, StateRead, StoredEvent
+from a2sql.store import Store
+from a2sql.worker.policy import (
+    MIN_IDLE_WAIT_S,
+    Backoff,
+    Outcome,
+    Pacing,
+    SessionOutcome,
+    failure_text,
+    is_transient,
+    log,
+    log_outcome,
+    returned_events,
+    settings,
+)
+
+
+@dataclass(eq=False)
+class Attempt:
+    """One attempt at one event, as a handler receives it.
+
+    ``connection`` is set under ``Worker(..., transactional=True)``: the
+    connection of the transaction the completion commits in, for the
+    handler's own writes. ``lost`` turns true when the worker learns that
+    the claim was taken over; the result will not be submitted.
+    """
+
+    event: StoredEvent
+    number: int
+    store: Store
+    connection: Connection | None = None
+    _lost: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def session_id(self) -> str:
+        return self.event.session_id
+
+    @property
+    def lost(self) -> bool:
+        return self._lost.is_set()
+
+    def read_state(self, reducer_name: str) -> StateRead:
+        """The session's state for ``reducer_name``, in the handler's transaction if any."""
+        target = self.store if self.connection is None else self.store.using(self.connection)
+        return target.read_state(self.session_id, reducer_name)
+
+
+Handler = Callable[[Attempt], Sequence[NewEvent] | None]
+
+
+class _HandlerFailed(Exception):
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class _Dropped(Exception):
+    """The completion was superseded: roll the handler's writes back."""
+
+
+class Worker:
+    """Claims events, runs ``handler`` on each and completes or fails the attempt.
+
+    ``run()`` serves every session under ``prefix`` through ``claim_next``;
+    ``run_session(id)`` serves one. Handlers run one at a time in the calling
+    thread; run more workers (processes or threads) for more at once. While
+    a handler runs, its claims (and those of the events waiting behind it in
+    the batch) are renewed in a background thread every third of ``ttl_ms``.
+
+    A handler returns the events its event caused (or ``None``); they are
+    appended by ``complete_attempt``, and those without an id get one derived
+    from the event and the attempt, so a completion retried after a lost
+    reply replays instead of appending twice. A handler that raises fails the
+    attempt, to be retried after ``backoff``'s delay, and dead-lettered at
+    ``max_failures``. With ``transactional=True`` the handler gets
+    ``attempt.connection``, the transaction its completion commits in, and
+    what it writes there commits with the completion or not at all (on
+    SQLite that transaction holds the database's write lock while the
+    handler runs).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        handler: Handler,
+        *,
+        prefix: str = "",
+        holder: str | None = None,
+        ttl_ms: int = 30_000,
+        max_failures: int = 5,
+        batch: int = 16,
+        backoff: Backoff | None = None,
+        transactional: bool = False,
+        poll_interval: float = 1.0,
+        grace_s: float = 30.0,
+    ) -> None:
+        self.store = store
+        self.handler = handler
+        self.settings = settings(
+            prefix=prefix,
+            holder=holder,
+            ttl_ms=ttl_ms,
+            max_failures=max_failures,
+            batch=batch,
+            poll_interval=poll_interval,
+            grace_s=grace_s,
+        )
+        self.backoff = Backoff() if backoff is None else backoff
+        self.transactional = transactional
+        #: How many attempts ended how, since the worker was made.
+        self.outcomes: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._held: dict[tuple[str, int], Attempt] = {}
+        self._stopping = threading.Event()
+        self._stopped_at: float | None = None
+        self._wake = threading.Event()
+        self._running = False
+
+    @property
+    def holder(self) -> str:
+        """The name this worker claims under."""
+        return self.settings.holder
+
+    # --- serving ----------------------------------------------------------------
+
+    def run_session(self, session_id: str) -> SessionOutcome:
+        """Serve one session until it is ``settled``, ``idle`` (only delayed retries or
+        other workers' claims left) or ``stopped``."""
+        s = self.settings
+        with self._serving():
+            pacing = Pacing()
+            while not self._stopping.is_set():
+                try:
+                    claim = self.store.claim_available(
+                        session_id, holder=s.holder, ttl_ms=s.ttl_ms, limit=s.batch
+                    )
+                except A2Error as error:
+                    if not is_transient(error):
+                        raise
+                    self._pause(pacing.next(), error)
+                    continue
+                pacing.reset()
+                if claim.outcome == "settled":
+                    return "settled"
+                if claim.outcome == "busy":
+                    return "idle"
+                self._serve(session_id, claim.events)
+            return "stopped"
+
+    def run(self, *, until_idle: bool = False) -> None:
+        """Serve every session under ``prefix`` until ``stop()`` (or SIGTERM/SIGINT when
+        run in the main thread); with ``until_idle``, until nothing is claimable now or
+        later either (no claim in flight, no retry delayed).
+
+        When idle it waits for a wake-up (new work committed through a store of this
+        process or, on PostgreSQL, anywhere) or until the next poll, and never
+        polls sooner than ``claim_next``'s ``retry_at`` within that interval.
+        """
+        s = self.settings
+        with self._serving(), self._signals(), self._watching():
+            pacing = Pacing()
+            while not self._stopping.is_set():
+                self._wake.clear()
+                try:
+                    dispatch = self.store.claim_next(
+                        holder=s.holder, ttl_ms=s.ttl_ms, limit=s.batch, prefix=s.prefix
+                    )
+                except A2Error as error:
+                    if not is_transient(error):
+                        raise
+                    self._pause(pacing.next(), error)
+                    continue
+                pacing.reset()
+                if dispatch.outcome == "claimed" and dispatch.session_id is not None:
+                    self._serve(dispatch.session_id, dispatch.events)
+                    continue
+                if until_idle and dispatch.retry_at is None:
+                    return
+                wait = s.poll_interval
+                if dispatch.retry_at is not None:
+                    until = (dispatch.retry_at - self.store.clock.now()).total_seconds()
+                    wait = min(wait, max(MIN_IDLE_WAIT_S, until))
+                self._wake.wait(wait)
+
+    def stop(self) -> None:
+        """Stop claiming; the running handler may finish within ``grace_s``, and the
+        claims not handled yet are released so that other workers take them at once.
+        Safe from any thread and from a signal handler."""
+        if self._stopped_at is None:
+            self._stopped_at = time.monotonic()
+        self._stopping.set()
+        self._wake.set()
+
+    # --- one batch of claimed events ---------------------------------------------
+
+    def _serve(self, session_id: str, events: list[StoredEvent]) -> None:
+        attempts = [Attempt(event, event.attempt_count, self.store) for event in events]
+        with self._lock:
+            for attempt in attempts:
+                self._held[(session_id, attempt.event.index)] = attempt
+        try:
+            for attempt in attempts:
+                if self._stopping.is_set():
+                    break
+                started = time.monotonic()
+                outcome = "superseded" if attempt.lost else self._handle(attempt)
+                with self._lock:
+                    self._held.pop((session_id, attempt.event.index), None)
+                self.outcomes[outcome] += 1
+                log_outcome(
+                    session_id, attempt.event, attempt.number, outcome, time.monotonic() - started
+                )
+        finally:
+            self._release([a for a in attempts if (session_id, a.event.index) in self._held])
+
+    def _handle(self, attempt: Attempt) -> Outcome:
+        if self.transactional:
+            return self._handle_in_transaction(attempt)
+        try:
+            events = returned_events(self.handler(attempt), attempt.event, attempt.number)
+        except Exception as error:
+            return self._fail(attempt, error)
+        if attempt.lost:
+            return "superseded"
+        return self._complete(attempt, events)
+
+    def _complete(self, attempt: Attempt, events: list[NewEvent]) -> Outcome:
+        event = attempt.event
+        pacing = Pacing()
+        while True:
+            try:
+                result = self.store.complete_attempt(
+                    event.session_id, index=event.index, attempt=attempt.number, events=events
+                )
+            except A2Error as error:
+                if is_transient(error):
+                    # The same ids again: a completion that did commit replays.
+                    self._pause(pacing.next(), error)
+                    continue
+                return self._fail(attempt, error)  # what the handler returned was refused
+            return result.outcome
+
+    def _handle_in_transaction(self, attempt: Attempt) -> Outcome:
+        event = attempt.event
+        pacing = Pacing()
+        while True:
+            try:
+                with self.store.begin() as connection:
+                    attempt.connection = connection
+                    try:
+                        returned = self.handler(attempt)
+                        events = returned_events(returned, event, attempt.number)
+                    except Exception as error:
+                        raise _HandlerFailed(error) from error
+                    if attempt.lost:
+                        raise _Dropped
+                    result = self.store.using(connection).complete_attempt(
+                        event.session_id, index=event.index, attempt=attempt.number, events=events
+                    )
+                    if result.outcome == "superseded":
+                        raise _Dropped
+                return "completed"
+            except _HandlerFailed as failed:
+                return self._fail(attempt, failed.error)
+            except _Dropped:
+                return "superseded"
+            except Exception as error:
+                if not is_transient(error):
+                    if isinstance(error, A2Error):
+                        return self._fail(attempt, error)
+                    raise
+                # Did the commit happen? Only the database knows; the handler
+                # must not run again if it did.
+                found = self._committed(attempt)
+                if found is not None:
+                    return found
+                self._pause(pacing.next(), error)
+            finally:
+                attempt.connection = None
+
+    def _committed(self, attempt: Attempt) -> Outcome | None:
+        """After an unknown outcome: ``completed`` or ``superseded`` if settled, else None."""
+        event = attempt.event
+        pacing = Pacing()
+        while True:
+            try:
+                [now] = self.store.read(
+                    event.session_id, after_index=event.index - 1, through_index=event.index
+                )
+            except A2Error as error:
+                if not is_transient(error):
+                    raise
+                self._pause(pacing.next(), error)
+                continue
+            if now.processed_by_attempt == attempt.number:
+                return "completed"
+            if (
+                now.processed_at is not None
+                or now.attempt_count != attempt.number
+                or now.claim_holder != self.holder
+                or now.failed_at is not None
+            ):
+                return "superseded"
+            return None
+
+    def _fail(self, attempt: Attempt, error: Exception) -> Outcome:
+        event = attempt.event
+        s = self.settings
+        failures = event.failure_count + 1
+        delay = self.backoff.delay_ms(failures) if failures < s.max_failures else None
+        text = failure_text(error)
+        pacing = Pacing()
+        while True:
+            try:
+                result = self.store.fail_attempt(
+                    event.session_id,
+                    index=event.index,
+                    attempt=attempt.number,
+                    error=text,
+                    max_failures=s.max_failures,
+                    retry_after_ms=delay,
+                )
+            except A2Error as failure:
+                if not is_transient(failure):
+                    raise
+                self._pause(pacing.next(), failure)
+                continue
+            if result.outcome == "dead_lettered":
+                log.warning(
+                    "session=%s index=%d dead-lettered after %d failures: %s",
+                    event.session_id,
+                    event.index,
+                    result.failure_count,
+                    text,
+                )
+            return result.outcome
+
+    # --- claims held ----------------------------------------------------------------
+
+    def _release(self, attempts: list[Attempt]) -> None:
+        """Hand unhandled claims back (shutdown): other workers take them at once."""
+        with self._lock:
+            for attempt in attempts:
+                self._held.pop((attempt.session_id, attempt.event.index), None)
+                attempt._lost.set()
+        by_session: dict[str, list[ClaimRef]] = {}
+        for attempt in attempts:
+            by_session.setdefault(attempt.session_id, []).append(
+                ClaimRef(attempt.event.index, attempt.number)
+            )
+        for session_id, claims in by_session.items():
+            try:
+                result = self.store.release_claims(session_id, holder=self.holder, claims=claims)
+            except A2Error as error:
+                log.warning("session=%s could not release claims %s: %s", session_id, claims, error)
+                continue
+            for index in result.released:
+                self.outcomes["released"] += 1
+                log.info("session=%s index=%d outcome=released", session_id, index)
+
+    def _renew_held(self) -> None:
+        with self._lock:
+            held = list(self._held.values())
+        by_session: dict[str, list[Attempt]] = {}
+        for attempt in held:
+            by_session.setdefault(attempt.session_id, []).append(attempt)
+        for session_id, attempts in by_session.items():
+            claims = [ClaimRef(a.event.index, a.number) for a in attempts]
+            try:
+                result = self.store.renew_claims(
+                    session_id, holder=self.holder, claims=claims, ttl_ms=self.settings.ttl_ms
+                )
+            except A2Error as error:
+                log.warning("session=%s could not renew claims: %s", session_id, error)
+                continue
+            renewed = set(result.renewed)
+            for attempt in attempts:
+                if attempt.event.index not in renewed:
+                    with self._lock:
+                        still_held = self._held.get((session_id, attempt.event.index)) is attempt
+                    if still_held:  # not finished meanwhile: the claim is gone
+                        attempt._lost.set()
+
+    def _renewing(self, done: threading.Event) -> None:
+        while not done.wait(self.settings.renew_every_s):
+            stopped_at = self._stopped_at
+            if stopped_at is not None and time.monotonic() - stopped_at > self.settings.grace_s:
+                with self._lock:
+                    overdue = list(self._held.values())
+                self._release(overdue)
+                continue
+            try:
+                self._renew_held()
+            except Exception:  # never let the renewer die: log and go on
+                log.exception("renewing claims failed")
+
+    # --- lifetime -------------------------------------------------------------------
+
+    def _pause(self, seconds: float, error: BaseException) -> None:
+        log.warning("the store did not answer (%s); trying again in %.2f s", error, seconds)
+        self._stopping.wait(seconds)
+
+    @contextmanager
+    def _serving(self) -> Iterator[None]:
+        if self._running:
+            raise RuntimeError("this worker is already running")
+        self._running = True
+        self._stopping.clear()
+        self._stopped_at = None
+        done = threading.Event()
+        renewer = threading.Thread(
+            target=self._renewing, args=(done,), name="a2sql-renew", daemon=True
+        )
+        renewer.start()
+        try:
+            yield
+        finally:
+            done.set()
+            renewer.join()
+            self._running = False
+
+    @contextmanager
+    def _watching(self) -> Iterator[None]:
+        unsubscribe = self.store.watch(self._wake.set)
+        try:
+            yield
+        finally:
+            unsubscribe()
+
+    @contextmanager
+    def _signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous: dict[int, Any] = {}
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            # A second signal acts as it would without the worker.
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+            log.info("signal %d: stopping; running handlers may finish", signum)
+            self.stop()
+
+        for each in (signal.SIGTERM, signal.SIGINT):
+            previous[each] = signal.signal(each, on_signal)
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
