@@ -229,7 +229,8 @@ def test_a_completion_whose_reply_was_lost_replays_without_duplicates(store: Sto
 
 def rows(store: Store) -> list[tuple[str, int]]:
     with store.engine.connect() as connection:
-        return [tuple(r) for r in connection.execute(select(handled.c.session_id, handled.c.idx))]  # type: ignore[misc]
+        query = select(handled.c.session_id, handled.c.idx)
+        return [(row.session_id, row.idx) for row in connection.execute(query)]
 
 
 def record(attempt: Attempt) -> None:
@@ -307,7 +308,7 @@ def test_transactional_lost_reply_after_commit_leaves_one_row(store: Store) -> N
         return [NewEvent("done", settled=True)]
 
     real_begin = store.begin
-    lost = []
+    lost: list[bool] = []
 
     @contextmanager
     def begin() -> Iterator[Any]:
