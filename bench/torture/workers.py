@@ -111,10 +111,13 @@ class Worker:
         self.log.write("start", pid=os.getpid())
         while not self.stopping():
             worked = False
-            for session_id in self.sessions_with_work():
-                if self.stopping():
-                    break
-                worked = self.claim_and_handle(session_id) or worked
+            if self.rng.random() < 0.5:  # half the time through claim_next
+                worked = self.claim_next_and_handle()
+            else:
+                for session_id in self.sessions_with_work():
+                    if self.stopping():
+                        break
+                    worked = self.claim_and_handle(session_id) or worked
             if not worked:
                 time.sleep(self.rng.uniform(0.01, 0.04))
         self.log.write("stop")
@@ -141,6 +144,28 @@ class Worker:
         self.rng.shuffle(found)
         return found
 
+    def claim_next_and_handle(self) -> bool:
+        limit = self.rng.choice([None, 1, 4])
+        try:
+            dispatch = self.store.claim_next(
+                holder=self.s.holder, ttl_ms=self.s.ttl_ms, prefix=self.s.prefix, limit=limit
+            )
+        except A2Error as error:
+            if error.code != ErrorCode.STORE_UNAVAILABLE:
+                self.log.anomaly("claim_next raised", err=str(error))
+            else:
+                self.log.write("unavailable", op="claim_next", err=error.message[:300])
+                time.sleep(self.rng.uniform(0.02, 0.1))
+            return False
+        if dispatch.outcome != "claimed" or dispatch.session_id is None:
+            return False
+        if not dispatch.events or (limit is not None and len(dispatch.events) > limit):
+            self.log.anomaly("claim_next claimed a wrong count", n=len(dispatch.events))
+        if any(e.session_id != dispatch.session_id for e in dispatch.events):
+            self.log.anomaly("claim_next claimed in another session", s=dispatch.session_id)
+        self.handle_claimed(dispatch.session_id, dispatch.events)
+        return True
+
     def claim_and_handle(self, session_id: str) -> bool:
         try:
             result = self.store.claim_available(
@@ -157,7 +182,11 @@ class Worker:
             return False
         if result.outcome != "claimed":
             return False
-        for event in result.events:
+        self.handle_claimed(session_id, result.events)
+        return True
+
+    def handle_claimed(self, session_id: str, events: list[StoredEvent]) -> None:
+        for event in events:
             self.log.write(
                 "claim",
                 s=session_id,
@@ -169,11 +198,10 @@ class Worker:
             if event.claim_holder != self.s.holder or event.processed_at or event.failed_at:
                 self.log.anomaly("claimed event in a wrong state", s=session_id, i=event.index)
             self.lease_until[(session_id, event.index)] = ms(event.claim_expires_at) or 0
-        for event in result.events:
+        for event in events:
             if self.stopping():
                 break
             self.handle(session_id, event)
-        return True
 
     # --- one attempt -------------------------------------------------------------
 
