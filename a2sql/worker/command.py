@@ -15,6 +15,7 @@ import importlib
 import inspect
 import logging
 import multiprocessing
+import os
 import signal
 import sys
 from types import FrameType
@@ -109,6 +110,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _child(options: dict[str, Any]) -> None:
+    # Out of the terminal's process group: Ctrl-C reaches the parent alone, which
+    # passes one SIGTERM on; a child hit by both would take the second as "now".
+    os.setpgrp()
     sys.exit(_serve(options))
 
 

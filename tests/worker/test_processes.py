@@ -80,6 +80,7 @@ def a2sql_worker(app_dir: Path, url: str, handler: str, *options: str) -> subpro
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,  # its own process group, as a shell job has
     )
 
 
@@ -194,3 +195,24 @@ def test_a_worker_command_with_a_missing_handler_says_so_in_one_line(
     assert err.strip().splitlines() == [
         "a2sql: INVALID_ARGUMENT: handler 'app:nothing_here': 'app' has no 'nothing_here'"
     ]
+
+
+def test_ctrl_c_on_a_pool_of_processes_stops_each_gracefully(
+    store: Store, app_dir: Path, url: str
+) -> None:
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) on
+    `--concurrency 2`: every process finishes its running handler and releases the
+    rest; none is cut short by the signal arriving twice (the terminal's and the
+    parent's)."""
+    for name in ("a", "b"):
+        store.append(name, [NewEvent("slow", 0.5) for _ in range(3)])
+    process = a2sql_worker(app_dir, url, "slow", "--concurrency", "2", "--ttl-ms", "60000")
+    wait_for(lambda: all(e.claim_holder is not None for n in ("a", "b") for e in store.read(n)), 60)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err[-3000:]
+    for name in ("a", "b"):
+        first, *rest = store.read(name)
+        assert first.processed_by_attempt == 1
+        assert all((e.claim_holder, e.processed_at) == (None, None) for e in rest)
+    assert err.count("outcome=released") == 4
