@@ -151,12 +151,12 @@ def test_a_slow_handler_keeps_its_claim_through_renewals(store: Store) -> None:
     seen: list[str] = []
 
     def handler(attempt: Attempt) -> None:
-        deadline = time.monotonic() + 1.2  # four leases of 300 ms
+        deadline = time.monotonic() + 2.4  # four leases of 600 ms
         while time.monotonic() < deadline:
-            seen.append(store.claim_available("s", holder="thief", ttl_ms=300).outcome)
+            seen.append(store.claim_available("s", holder="thief", ttl_ms=600).outcome)
             time.sleep(0.1)
 
-    worker = quick(store, handler, ttl_ms=300)
+    worker = quick(store, handler, ttl_ms=600)
     assert worker.run_session("s") == "settled"
     [slow] = store.read("s")
     assert (slow.processed_by_attempt, slow.attempt_count) == (1, 1)
