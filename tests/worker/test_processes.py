@@ -6,6 +6,7 @@ the workers said.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -71,9 +72,26 @@ def store(url: str) -> Iterator[Store]:
         yield opened
 
 
+STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def no_worker_left_behind() -> Iterator[None]:
+    """A failing test must not leave worker processes running."""
+    yield
+    while STARTED:
+        process = STARTED.pop()
+        if process.poll() is None:
+            # Its worker processes have process groups of their own.
+            subprocess.run(["pkill", "-KILL", "-P", str(process.pid)], check=False)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate(timeout=30)
+
+
 def a2sql_worker(app_dir: Path, url: str, handler: str, *options: str) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "a2sql.cli", "worker", f"app:{handler}", "--url", url]
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [*command, *options],
         cwd=app_dir,
         stdout=subprocess.PIPE,
@@ -82,6 +100,8 @@ def a2sql_worker(app_dir: Path, url: str, handler: str, *options: str) -> subpro
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         start_new_session=True,  # its own process group, as a shell job has
     )
+    STARTED.append(process)
+    return process
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
