@@ -1,7 +1,8 @@
 """``python -m bench --engine sqlite|postgres --workload NAME [--ops N] [--rounds R] [--json]
 [--traced]``.
 
-Workloads: append, cycle, batch, contention, scale, memory, peers, or all.
+Workloads: append, cycle, batch, contention, scale, memory, peers, dispatch, claim_next,
+or all.
 Prints a table per workload, or with ``--json`` one JSON object per workload
 (one line each).
 """
@@ -19,7 +20,17 @@ from typing import Any
 
 from bench.workloads import Params
 
-WORKLOADS = ("append", "cycle", "batch", "contention", "scale", "memory", "peers")
+WORKLOADS = (
+    "append",
+    "cycle",
+    "batch",
+    "contention",
+    "scale",
+    "memory",
+    "peers",
+    "dispatch",
+    "claim_next",
+)
 
 
 def _runner(name: str) -> Callable[[Params], dict[str, Any]]:
@@ -35,6 +46,14 @@ def _runner(name: str) -> Callable[[Params], dict[str, Any]]:
         from bench.peers import peers
 
         return peers
+    if name == "dispatch":
+        from bench.dispatch import dispatch
+
+        return dispatch
+    if name == "claim_next":
+        from bench.dispatch_scale import claim_next
+
+        return claim_next
     from bench import workloads
 
     runner: Callable[[Params], dict[str, Any]] = getattr(workloads, name)
@@ -144,7 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", type=int, help="operations per round (default: per workload)")
     parser.add_argument("--rounds", type=int, help="measured rounds (default: per workload)")
     parser.add_argument(
-        "--large", type=int, default=1_000_000, help="scale: events in the large table"
+        "--large",
+        type=int,
+        default=1_000_000,
+        help="scale and claim_next: events in the large table",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per workload")
     parser.add_argument(
