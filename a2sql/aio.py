@@ -56,7 +56,7 @@ class AsyncOperations:
     async def _run(self, call: Call[T] | Done[T]) -> T:
         raise NotImplementedError
 
-    # --- the contract (SPEC §2, §3) -------------------------------------------
+    # --- the contract ---------------------------------------------------------
 
     async def append(self, session_id: str, events: Sequence[NewEvent]) -> AppendResult:
         """Append events to the session, or replay a batch appended before."""
@@ -259,7 +259,7 @@ class AsyncStore(AsyncOperations):
             LOCAL.wake(self._database, call.lock_session)
         return result
 
-    # --- the caller's transaction (SPEC §6) -------------------------------------
+    # --- the caller's transaction ------------------------------------------------
 
     def using(self, connection: AsyncConnection) -> AsyncUsingConnection:
         """The store's operations in the caller's transaction on ``connection``.

@@ -13,7 +13,7 @@ from a2sql.records import JSON, EventCause, StoredEvent
 
 
 def truncate_ms(value: datetime) -> datetime:
-    """Stored times have millisecond precision (SPEC §2)."""
+    """Stored times have millisecond precision."""
     return value - timedelta(microseconds=value.microsecond % 1000)
 
 

@@ -62,7 +62,7 @@ def create_store(
     migrate: bool | None = None,
     max_json_chars: int = DEFAULT_MAX_JSON_CHARS,
 ) -> Store:
-    """Open a store (SPEC §2).
+    """Open a store.
 
     ``url``: a SQLAlchemy URL or an ``Engine``; ``None`` means
     ``A2SQL_DATABASE_URL``, else ``sqlite:///.a2/dev.db``. ``clock`` gives every

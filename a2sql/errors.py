@@ -8,7 +8,7 @@ from sqlalchemy import exc as sa_exc
 
 
 class ErrorCode(StrEnum):
-    """What went wrong, as a stable machine-readable code (SPEC §4)."""
+    """What went wrong, as a stable machine-readable code."""
 
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
     STORE_CLOSED = "STORE_CLOSED"

@@ -56,7 +56,7 @@ class Operations:
     def _run(self, call: Call[T] | Done[T]) -> T:
         raise NotImplementedError
 
-    # --- the contract (SPEC §2, §3) -------------------------------------------
+    # --- the contract ---------------------------------------------------------
 
     def append(self, session_id: str, events: Sequence[NewEvent]) -> AppendResult:
         """Append events to the session, or replay a batch appended before."""
@@ -224,7 +224,7 @@ class Store(Operations):
             LOCAL.wake(self._database, call.lock_session)
         return result
 
-    # --- the caller's transaction (SPEC §6) -------------------------------------
+    # --- the caller's transaction ------------------------------------------------
 
     def using(self, connection: Connection) -> UsingConnection:
         """The store's operations in the caller's transaction on ``connection``.

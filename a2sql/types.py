@@ -1,4 +1,4 @@
-"""Column types that differ per engine (SPEC §5).
+"""Column types that differ per engine.
 
 SQLite keeps the seed's DDL (strict tables: integers and text only);
 PostgreSQL gets native types. In Python a column has one representation on

@@ -1,4 +1,4 @@
-"""Input checks, identical on every engine (SPEC §4).
+"""Input checks, identical on every engine.
 
 Everything is checked before a transaction opens, so a rejected call writes
 nothing. JSON values are encoded here, once: the text that was measured
@@ -163,7 +163,7 @@ def _check_json(value: object, argument: str, depth: int) -> None:
 
 
 def json_value(value: object, argument: str, limits: Limits) -> str:
-    """Check that ``value`` is JSON (SPEC §4) and return its encoded text."""
+    """Check that ``value`` is JSON and return its encoded text."""
     _check_json(value, argument, 0)
     encoded = encode_json(value)
     if not encoded.isascii():

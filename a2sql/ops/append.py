@@ -52,7 +52,7 @@ def append(
     now: datetime,
     new_id: Callable[[], str],
 ) -> AppendResult:
-    """Append a non-empty batch (SPEC §3 append), under the session's write lock."""
+    """Append a non-empty batch, under the session's write lock."""
     supplied = [event.id for event in batch if event.id is not None]
     repeated = duplicate_ids(supplied)
     if repeated is not None:

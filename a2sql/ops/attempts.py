@@ -111,7 +111,7 @@ def complete_attempt(
     now: datetime,
     new_id: Callable[[], str],
 ) -> CompleteResult:
-    """Mark the event processed by ``attempt`` and append what the handler returned (SPEC §3).
+    """Mark the event processed by ``attempt`` and append what the handler returned.
 
     ``batch`` is the returned events, their cause already set to this attempt.
     The common case (the attempt still holds the event) is one guarded
@@ -225,7 +225,7 @@ def fail_attempt(
     now: datetime,
     retry_at: datetime | None,
 ) -> FailResult:
-    """Count a failure of the current attempt and release its claim (SPEC §3); with
+    """Count a failure of the current attempt and release its claim; with
     ``retry_at``, a failed (not dead-lettered) event is claimable again only then (§6)."""
     event = _event_at(tx, session_id, index)
     if event.processed_at is not None or event.attempt_count != attempt:

@@ -135,7 +135,7 @@ def claim_available(
     limit: int | None,
 ) -> ClaimResult:
     """Claim the dispatchable events whose claim is free or expired, at most ``limit``
-    of them, lowest indexes first (SPEC §3, §6)."""
+    of them, lowest indexes first."""
     claimed = claim_events(
         tx,
         session_id,
@@ -201,7 +201,7 @@ def _current_attempts(
 def release_claims(
     tx: Transaction, session_id: str, *, holder: str, claims: Sequence[ClaimRef]
 ) -> ReleaseResult:
-    """Give up the claims ``holder`` holds as their current attempt, at once (SPEC §6)."""
+    """Give up the claims ``holder`` holds as their current attempt, at once."""
     current = _current_attempts(tx, session_id, claims)
     superseded = [c.index for c in claims if c.index in current and current[c.index] > c.attempt]
     # A claim named twice is released once: the second finds it released.
@@ -233,7 +233,7 @@ def renew_claims(
     now: datetime,
     expires_at: datetime,
 ) -> RenewResult:
-    """Extend the claims still held by ``holder`` as their current attempt (SPEC §3)."""
+    """Extend the claims still held by ``holder`` as their current attempt."""
     current = _current_attempts(tx, session_id, claims)
     # Each claim is judged on its own, in the request's order (a stale and a
     # current attempt of one event give one superseded and one renewed).

@@ -81,7 +81,7 @@ def claim_next(
     limit: int | None,
     prefix: str,
 ) -> Dispatch:
-    """Claim in the session whose oldest claimable event is oldest (SPEC §6).
+    """Claim in the session whose oldest claimable event is oldest.
 
     Sessions another transaction holds locked are passed over rather than
     waited for (PostgreSQL); on SQLite the write lock makes that never happen.

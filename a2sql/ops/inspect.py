@@ -83,7 +83,7 @@ def _summaries(dialect: Dialect, strict_lower: bool, bounded: bool) -> Select[An
 def list_sessions(
     tx: Transaction, dialect: Dialect, *, prefix: str, cursor: str | None, limit: int
 ) -> SessionPage:
-    """Sessions whose id starts with ``prefix``, after ``cursor``, by id (SPEC §3)."""
+    """Sessions whose id starts with ``prefix``, after ``cursor``, by id."""
     upper = prefix_successor(prefix) if prefix else None
     strict = cursor is not None and cursor >= prefix
     params: dict[str, object] = {"lower": cursor if strict else prefix, "limit": limit + 1}
