@@ -280,15 +280,8 @@ def claim_next(
     under = _prefix(prefix)
 
     def run(tx: Transaction) -> Dispatch:
-        now = ctx.now()
         return dispatch_ops.claim_next(
-            tx,
-            ctx.dialect,
-            holder=who,
-            now=now,
-            expires_at=expiry(now),
-            limit=most,
-            prefix=under,
+            tx, ctx.dialect, holder=who, clock=ctx.now, lease=expiry, limit=most, prefix=under
         )
 
     # Which session it locks is decided inside: claim_next locks it itself.

@@ -5,13 +5,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 import a2sql
 from a2sql import NewEvent, Store
+from a2sql.testing import FakeClock
 
-HOLD_S = 0.3  # each caller keeps its transaction (and the session's lock) this long
+HOLD_S = 0.5  # each caller keeps its transaction (and the session's lock) this long
 
 
 @pytest.fixture
@@ -34,6 +36,10 @@ def test_eight_concurrent_callers_get_eight_sessions_without_waiting(store: Stor
     caller's, not eight)."""
     for n in range(9):
         store.append(f"s{n}", [NewEvent("t")])
+    # Eight connections opened beforehand: what is timed is the claims, not connecting.
+    warm = [store.engine.connect() for _ in range(8)]
+    for connection in warm:
+        connection.close()
     started = time.monotonic()
     assert claim_and_hold(store, "alone") == "s0"
     alone = time.monotonic() - started
@@ -71,3 +77,48 @@ def test_a_caller_passes_over_a_locked_session_and_reports_it_claimable_now(
         assert time.monotonic() - started < 2
         assert dispatch.outcome == "idle" and dispatch.retry_at is not None
     assert store.claim_next(holder="w", ttl_ms=1000).session_id == "only"
+
+
+class _LateClock:
+    """A clock whose first reading is taken before ``release`` is set and returned
+    after it: as if the caller read the time, then was descheduled meanwhile."""
+
+    def __init__(self, first: datetime, then: datetime, release: threading.Event) -> None:
+        self.first, self.then, self.release = first, then, release
+        self.readings = 0
+
+    def now(self) -> datetime:
+        self.readings += 1
+        if self.readings == 1:
+            assert self.release.wait(30)
+            return self.first
+        return self.then
+
+
+def test_a_claim_is_timed_after_what_the_session_lock_held_back(postgres_url: str) -> None:
+    """claim_next reads its clock again once it holds the session's lock: a claim of
+    the lane head promoted by a completion that committed meanwhile is timed after
+    that completion, never before it (as every write on a locked session is)."""
+    start = datetime(2026, 5, 1, tzinfo=UTC)
+    clock = FakeClock(start)
+    with a2sql.create_store(postgres_url, clock=clock, migrate=True) as writer:
+        writer.append("s", [NewEvent("head", lane="L"), NewEvent("next", lane="L")])
+        [head] = writer.claim_available("s", holder="w1", ttl_ms=60_000).events
+        committed = threading.Event()
+        late = _LateClock(start, start + timedelta(milliseconds=20), committed)
+        with a2sql.create_store(postgres_url, clock=late) as claimer:
+            result: list[a2sql.Dispatch] = []
+            thread = threading.Thread(
+                target=lambda: result.append(claimer.claim_next(holder="w2", ttl_ms=1000))
+            )
+            thread.start()
+            clock.advance(ms=10)
+            done = writer.complete_attempt("s", index=head.index, attempt=1, events=[])
+            assert done.outcome == "completed"
+            committed.set()
+            thread.join(30)
+    [dispatch] = result
+    [claimed] = dispatch.events
+    assert claimed.index == 2
+    assert claimed.last_claimed_at == start + timedelta(milliseconds=20)
+    assert claimed.last_claimed_at > start + timedelta(milliseconds=10)  # the completion's time

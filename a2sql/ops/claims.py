@@ -22,8 +22,7 @@ NOW = bindparam("now", type_=Timestamp())
 EXPIRES_AT = bindparam("expires_at", type_=Timestamp())
 
 # Ready, unprocessed, not dead-lettered: spelled with literals exactly as the
-# partial indexes a2_events_dispatch_ready / a2_events_claim_expiry /
-# a2_events_dispatch_age are.
+# partial indexes of dispatchable events (a2sql.schema) are.
 READY = (
     E.c.lane_ready == true(),
     E.c.processed_at.is_(None),

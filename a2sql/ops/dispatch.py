@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -76,8 +77,8 @@ def claim_next(
     dialect: Dialect,
     *,
     holder: str,
-    now: datetime,
-    expires_at: datetime,
+    clock: Callable[[], datetime],
+    lease: Callable[[datetime], datetime],
     limit: int | None,
     prefix: str,
 ) -> Dispatch:
@@ -85,7 +86,11 @@ def claim_next(
 
     Sessions another transaction holds locked are passed over rather than
     waited for (PostgreSQL); on SQLite the write lock makes that never happen.
+    ``clock`` is read again once the session is locked: the claim's times
+    must come after everything that lock's previous holder committed, as
+    every write's do.
     """
+    now = clock()
     under = bounds(prefix)
     lower, upper = "lower" in under, "upper" in under
     passed: list[str] = []  # locked by another transaction, or emptied since the read
@@ -101,8 +106,14 @@ def claim_next(
             if not dialect.try_lock_session(tx, session_id):
                 locked = True
             else:
+                claimed_at = clock()
                 claimed = claim_events(
-                    tx, session_id, holder=holder, now=now, expires_at=expires_at, limit=limit
+                    tx,
+                    session_id,
+                    holder=holder,
+                    now=claimed_at,
+                    expires_at=lease(claimed_at),
+                    limit=limit,
                 )
                 if claimed:
                     return Dispatch("claimed", session_id, claimed)
