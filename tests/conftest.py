@@ -9,6 +9,7 @@ Each PostgreSQL test gets a schema of its own, dropped afterwards.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -141,12 +142,31 @@ def _create(facade: str, url: str, **kwargs: Any) -> a2sql.Store:
     return store
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file at the newest revision, made once: stores of the conformance suite
+    start from a copy of it instead of running every migration again (the migrations
+    themselves are tested in tests/test_migrations.py and tests/test_migration_0002.py)."""
+    path = tmp_path_factory.mktemp("template") / "migrated.db"
+    a2sql.create_store(f"sqlite:///{path}", migrate=True).close()
+    return path
+
+
 @pytest.fixture
-def store(db_url: str, clock: FakeClock, facade: str) -> Iterator[a2sql.Store]:
+def store(
+    db_url: str,
+    engine_kind: str,
+    clock: FakeClock,
+    facade: str,
+    request: pytest.FixtureRequest,
+) -> Iterator[a2sql.Store]:
     """A migrated store on each engine and through each facade, with a fake clock.
 
     Tests are typed against ``Store``; the async facade answers the same calls.
     """
+    if engine_kind == "sqlite_file":
+        template: Path = request.getfixturevalue("migrated_sqlite_file")
+        shutil.copyfile(template, db_url.removeprefix("sqlite:///"))
     with _create(facade, db_url, clock=clock, migrate=True) as opened:
         yield opened
 
