@@ -24,17 +24,24 @@ from a2sql.records import (
     ClaimResult,
     CompleteResult,
     Completion,
+    DeadLetterPage,
+    DeleteResult,
     Dispatch,
     EventPage,
     FailResult,
     NewEvent,
     PresenceEntry,
+    PruneResult,
     ReleaseResult,
     RenewResult,
+    RetryResult,
     SessionPage,
+    SessionSummary,
+    SkipResult,
     SnapshotInfo,
     StateRead,
     StoredEvent,
+    StoreTotals,
 )
 from a2sql.stream import AsyncEventStream
 from a2sql.wakeups import ALL_SESSIONS, LOCAL, PostgresListener, database_key
@@ -185,6 +192,30 @@ class AsyncOperations:
         """Store a reducer's state up to ``index``, unless a later snapshot is stored."""
         return await self._run(
             calls.put_snapshot(self._ctx, session_id, reducer_name, index, state)
+        )
+
+    # --- operators' repairs and retention -----------------------------------------
+
+    async def retry_dead_letter(self, session_id: str, *, index: int) -> RetryResult:
+        """Make the dead letter at ``index`` claimable again (``Store.retry_dead_letter``)."""
+        return await self._run(calls.retry_dead_letter(session_id, index))
+
+    async def skip_event(self, session_id: str, *, index: int, reason: str) -> SkipResult:
+        """Mark an unprocessed event processed without an attempt (``Store.skip_event``)."""
+        return await self._run(calls.skip_event(self._ctx, session_id, index, reason))
+
+    async def delete_session(self, session_id: str) -> DeleteResult:
+        """Delete the session's events and snapshots (``Store.delete_session``)."""
+        return await self._run(calls.delete_session(session_id))
+
+    async def prune(
+        self, *, settled_before: datetime, prefix: str = "", limit: int = 1000
+    ) -> PruneResult:
+        """Delete up to ``limit`` settled sessions older than the cut (``Store.prune``),
+        each in a short transaction of its own; call again until it returns 0 sessions."""
+        plan = calls.prune(self._ctx, settled_before, prefix, limit)
+        return calls.pruned(
+            [await self._run(plan.session(sid)) for sid in await self._run(plan.candidates)]
         )
 
 
@@ -448,3 +479,17 @@ class AsyncInspector:
     async def list_snapshots(self, session_id: str) -> list[SnapshotInfo]:
         """The session's snapshots, by reducer name."""
         return await self._store._run(calls.list_snapshots(session_id))
+
+    async def session(self, session_id: str) -> SessionSummary | None:
+        """The summary of exactly this session (not a prefix), ``None`` if it has no events."""
+        return await self._store._run(calls.session_summary(self._store._ctx, session_id))
+
+    async def list_dead_letters(
+        self, *, prefix: str = "", cursor: str | None = None, limit: int = 50
+    ) -> DeadLetterPage:
+        """Dead-lettered events under ``prefix``, by session id then index."""
+        return await self._store._run(calls.list_dead_letters(prefix, cursor, limit))
+
+    async def totals(self) -> StoreTotals:
+        """Counts over the whole database (``Inspector.totals``)."""
+        return await self._store._run(calls.totals(self._store._ctx))

@@ -10,7 +10,7 @@ engine it is on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, NamedTuple, TypeVar
@@ -30,6 +30,8 @@ from a2sql.ops import claims as claim_ops
 from a2sql.ops import dispatch as dispatch_ops
 from a2sql.ops import inspect as inspect_ops
 from a2sql.ops import presence as presence_ops
+from a2sql.ops import repair as repair_ops
+from a2sql.ops import retention as retention_ops
 from a2sql.ops import state as state_ops
 from a2sql.ops.events import ValidEvent
 from a2sql.records import (
@@ -39,18 +41,25 @@ from a2sql.records import (
     ClaimResult,
     CompleteResult,
     Completion,
+    DeadLetterPage,
+    DeleteResult,
     Dispatch,
     EventCause,
     EventPage,
     FailResult,
     NewEvent,
     PresenceEntry,
+    PruneResult,
     ReleaseResult,
     RenewResult,
+    RetryResult,
     SessionPage,
+    SessionSummary,
+    SkipResult,
     SnapshotInfo,
     StateRead,
     StoredEvent,
+    StoreTotals,
 )
 
 T = TypeVar("T")
@@ -460,7 +469,12 @@ def stream_page(session_id: str, after_index: int, limit: int) -> Call[list[Stor
     return Call(
         lambda c: (
             inspect_ops.read_events(
-                c, session_id, after_index=after_index, through_index=None, limit=limit
+                c,
+                session_id,
+                after_index=after_index,
+                through_index=None,
+                limit=limit,
+                states=False,
             ).events
         ),
         read_only=True,
@@ -519,9 +533,88 @@ def list_sessions(ctx: Context, prefix: object, cursor: object, limit: object) -
     count = validate.limit(limit)
     return Call(
         lambda c: inspect_ops.list_sessions(
-            c, ctx.dialect, prefix=under, cursor=after, limit=count
+            c, ctx.dialect, prefix=under, cursor=after, limit=count, now=ctx.now()
         ),
         read_only=True,
+    )
+
+
+def session_summary(ctx: Context, session_id: object) -> Call[SessionSummary | None]:
+    sid = validate.name(session_id, "session_id")
+    return Call(lambda c: inspect_ops.session(c, ctx.dialect, sid, now=ctx.now()), read_only=True)
+
+
+def totals(ctx: Context) -> Call[StoreTotals]:
+    return Call(lambda c: inspect_ops.totals(c, now=ctx.now()), read_only=True)
+
+
+def list_dead_letters(prefix: object, cursor: object, limit: object) -> Call[DeadLetterPage]:
+    under = _prefix(prefix)
+    after = inspect_ops.dead_letter_cursor(cursor)
+    count = validate.limit(limit)
+    return Call(
+        lambda c: inspect_ops.list_dead_letters(c, prefix=under, cursor=after, limit=count),
+        read_only=True,
+    )
+
+
+# --- operators' repairs and retention -------------------------------------------
+
+
+def retry_dead_letter(session_id: object, index: object) -> Call[RetryResult]:
+    sid = validate.name(session_id, "session_id")
+    at = validate.integer(index, "index", minimum=1)
+    return Call(
+        lambda c: repair_ops.retry_dead_letter(c, sid, index=at),
+        lock_session=sid,
+        # Not a new event, but one claimable again: idle workers wake.
+        added_events=lambda result: result.outcome == "requeued",
+    )
+
+
+def skip_event(ctx: Context, session_id: object, index: object, reason: object) -> Call[SkipResult]:
+    sid = validate.name(session_id, "session_id")
+    at = validate.integer(index, "index", minimum=1)
+    why = validate.text(reason, "reason", ctx.limits)
+    return Call(
+        lambda c: repair_ops.skip_event(c, sid, index=at, reason=why, now=ctx.now()),
+        lock_session=sid,
+        # The next event of its lane may be claimable now.
+        added_events=lambda result: result.outcome == "skipped",
+    )
+
+
+def delete_session(session_id: object) -> Call[DeleteResult]:
+    sid = validate.name(session_id, "session_id")
+    return Call(lambda c: retention_ops.delete_session(c, sid), lock_session=sid)
+
+
+class PruneCalls(NamedTuple):
+    """``prune`` as calls: find the candidates, then one short transaction per session."""
+
+    candidates: Call[list[str]]
+    session: Callable[[str], Call[DeleteResult | None]]
+
+
+def prune(ctx: Context, settled_before: object, prefix: object, limit: object) -> PruneCalls:
+    cut = truncate_ms(validate.aware_datetime(settled_before, "settled_before"))
+    under = _prefix(prefix)
+    count = validate.limit(limit)
+
+    def session(sid: str) -> Call[DeleteResult | None]:
+        return Call(
+            lambda c: retention_ops.prune_session(c, ctx.dialect, sid, settled_before=cut),
+            lock_session=sid,
+        )
+
+    return PruneCalls(
+        Call(
+            lambda c: retention_ops.prunable(
+                c, ctx.dialect, settled_before=cut, prefix=under, limit=count
+            ),
+            read_only=True,
+        ),
+        session,
     )
 
 
@@ -559,3 +652,13 @@ def stream_start(
     ):
         raise invalid("poll_interval", "must be a positive number of seconds")
     return sid, start, float(poll_interval)
+
+
+def pruned(results: Sequence[DeleteResult | None]) -> PruneResult:
+    """The total of one ``prune`` call: the sessions it deleted, and their rows."""
+    deleted = [result for result in results if result is not None]
+    return PruneResult(
+        sessions=len(deleted),
+        events=sum(result.events for result in deleted),
+        snapshots=sum(result.snapshots for result in deleted),
+    )

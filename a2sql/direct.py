@@ -287,6 +287,11 @@ class DirectTransaction:
         found = self.send(sql, arguments, fetch=prepared.fetch)
         return prepared.rows(found) if found else found
 
+    def count(self, statement: Executable, params: Params) -> int:
+        """Run a statement that returns no rows; how many rows it changed."""
+        self.rows(statement, params)
+        return int(self._cursor.rowcount)
+
     def run_many(self, statement: Executable, many: Sequence[Params]) -> None:
         prepared = self._prepare(statement)
         assert prepared.shapes is None, "executemany takes no expanding parameters"

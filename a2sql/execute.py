@@ -55,6 +55,13 @@ def run(tx: Transaction, statement: Executable, params: Params) -> None:
         tx.execute(statement, params)  # type: ignore[union-attr]
 
 
+def count(tx: Transaction, statement: Executable, params: Params) -> int:
+    """Execute an UPDATE or DELETE; how many rows it changed."""
+    if type(tx) is DirectTransaction:
+        return tx.count(statement, params)
+    return int(tx.execute(statement, params).rowcount)  # type: ignore[union-attr]
+
+
 def run_many(tx: Transaction, statement: Executable, many: Sequence[Params]) -> None:
     """Execute a statement once per parameter set, in one driver call (``executemany``)."""
     if len(many) == 1:

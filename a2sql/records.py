@@ -13,6 +13,8 @@ ClaimOutcome: TypeAlias = Literal["claimed", "busy", "settled"]
 CompleteOutcome: TypeAlias = Literal["completed", "superseded"]
 FailOutcome: TypeAlias = Literal["failed", "dead_lettered", "superseded"]
 DispatchOutcome: TypeAlias = Literal["claimed", "idle"]
+RetryOutcome: TypeAlias = Literal["requeued", "not_dead_lettered"]
+SkipOutcome: TypeAlias = Literal["skipped", "already_processed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +192,14 @@ class PresenceEntry:
 
 @dataclass(frozen=True, slots=True)
 class SessionSummary:
-    """Counts and times of one session, for operators."""
+    """Counts and times of one session, for operators.
+
+    ``pending_count``: unprocessed events that are not dead letters;
+    ``failed_count``: dead letters; ``claimed_count``: pending events under a
+    live claim; ``blocked_count``: pending events that wait behind a dead
+    letter in their lane; ``oldest_pending_at``: when the oldest pending
+    event was appended (``None`` when none is).
+    """
 
     session_id: str
     event_count: int
@@ -200,6 +209,64 @@ class SessionSummary:
     failure_count: int
     first_event_at: datetime
     updated_at: datetime
+    claimed_count: int
+    blocked_count: int
+    oldest_pending_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTotals:
+    """The whole database at a glance: what ``a2sql status`` prints.
+
+    Counts mean what they mean in ``SessionSummary``, summed over every session.
+    """
+
+    sessions: int
+    events: int
+    pending: int
+    claimed: int
+    dead_letters: int
+    oldest_pending_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterPage:
+    """A page of dead-lettered events by session id then index; ``cursor`` (opaque)
+    fetches the next page, ``None`` when this is the last."""
+
+    events: list[StoredEvent]
+    cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryResult:
+    """``retry_dead_letter``: ``requeued``, or ``not_dead_lettered`` (nothing changed)."""
+
+    outcome: RetryOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class SkipResult:
+    """``skip_event``: ``skipped``, or ``already_processed`` (nothing changed)."""
+
+    outcome: SkipOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    """How many events and snapshots ``delete_session`` deleted."""
+
+    events: int
+    snapshots: int
+
+
+@dataclass(frozen=True, slots=True)
+class PruneResult:
+    """How many sessions, events and snapshots one ``prune`` call deleted."""
+
+    sessions: int
+    events: int
+    snapshots: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,10 +279,17 @@ class SessionPage:
 
 @dataclass(frozen=True, slots=True)
 class EventPage:
-    """A page of events and the ``through_index`` it was capped at."""
+    """A page of events and the ``through_index`` it was capped at.
+
+    ``waiting``: indexes on the page of pending events not yet claimable
+    because an earlier event of their lane is unprocessed; ``blocked``: those
+    of them whose lane waits on a dead letter.
+    """
 
     events: list[StoredEvent]
     through_index: int
+    waiting: list[int] = field(default_factory=list)
+    blocked: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

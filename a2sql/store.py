@@ -24,17 +24,24 @@ from a2sql.records import (
     ClaimResult,
     CompleteResult,
     Completion,
+    DeadLetterPage,
+    DeleteResult,
     Dispatch,
     EventPage,
     FailResult,
     NewEvent,
     PresenceEntry,
+    PruneResult,
     ReleaseResult,
     RenewResult,
+    RetryResult,
     SessionPage,
+    SessionSummary,
+    SkipResult,
     SnapshotInfo,
     StateRead,
     StoredEvent,
+    StoreTotals,
 )
 from a2sql.stream import EventStream
 from a2sql.wakeups import ALL_SESSIONS, LOCAL, PostgresListener, database_key
@@ -178,6 +185,48 @@ class Operations:
     def put_snapshot(self, session_id: str, reducer_name: str, index: int, state: JSON) -> None:
         """Store a reducer's state up to ``index``, unless a later snapshot is stored."""
         return self._run(calls.put_snapshot(self._ctx, session_id, reducer_name, index, state))
+
+    # --- operators' repairs and retention -----------------------------------------
+
+    def retry_dead_letter(self, session_id: str, *, index: int) -> RetryResult:
+        """Make the dead letter at ``index`` claimable again at once.
+
+        Its failure count starts again at 0; ``last_error`` and the attempt
+        count stay, so the attempt that dead-lettered it can neither complete
+        nor fail it, and the next claim is a new attempt. When that attempt
+        completes, the events behind it in its lane move on.
+        ``not_dead_lettered`` (nothing changed) for any other event.
+        """
+        return self._run(calls.retry_dead_letter(session_id, index))
+
+    def skip_event(self, session_id: str, *, index: int, reason: str) -> SkipResult:
+        """Mark an unprocessed event (dead letter or not) processed without an attempt.
+
+        ``processed_by_attempt`` stays unset and ``reason`` is kept in
+        ``last_error``; its claim is released, the next event of its lane
+        becomes claimable, and a later completion by any attempt is
+        ``superseded``. ``already_processed`` (nothing changed) if it was.
+        """
+        return self._run(calls.skip_event(self._ctx, session_id, index, reason))
+
+    def delete_session(self, session_id: str) -> DeleteResult:
+        """Delete the session's events and snapshots, under its lock.
+
+        Its event ids may then be appended again, and its indexes start over at 1.
+        """
+        return self._run(calls.delete_session(session_id))
+
+    def prune(
+        self, *, settled_before: datetime, prefix: str = "", limit: int = 1000
+    ) -> PruneResult:
+        """Delete up to ``limit`` settled sessions whose latest time is before ``settled_before``.
+
+        Settled: every event processed (a dead letter is not). Each session is
+        deleted in a short transaction of its own, so no session is locked for
+        long; call again until it returns 0 sessions.
+        """
+        plan = calls.prune(self._ctx, settled_before, prefix, limit)
+        return calls.pruned([self._run(plan.session(sid)) for sid in self._run(plan.candidates)])
 
 
 class Store(Operations):
@@ -411,3 +460,19 @@ class Inspector:
     def list_snapshots(self, session_id: str) -> list[SnapshotInfo]:
         """The session's snapshots, by reducer name."""
         return self._store._run(calls.list_snapshots(session_id))
+
+    def session(self, session_id: str) -> SessionSummary | None:
+        """The summary of exactly this session (not a prefix), ``None`` if it has no events."""
+        return self._store._run(calls.session_summary(self._store._ctx, session_id))
+
+    def list_dead_letters(
+        self, *, prefix: str = "", cursor: str | None = None, limit: int = 50
+    ) -> DeadLetterPage:
+        """Dead-lettered events of the sessions under ``prefix``, by session id then index;
+        pass the page's ``cursor`` back for the next page."""
+        return self._store._run(calls.list_dead_letters(prefix, cursor, limit))
+
+    def totals(self) -> StoreTotals:
+        """Sessions, events, pending, claimed and dead letters over the whole database,
+        and the oldest pending event's time. One pass over the table: for operators."""
+        return self._store._run(calls.totals(self._store._ctx))

@@ -23,14 +23,19 @@ from a2sql.records import (
     ClaimResult,
     CompleteResult,
     Completion,
+    DeleteResult,
     Dispatch,
     Event,
     EventCause,
     FailResult,
     NewEvent,
     PresenceEntry,
+    PruneResult,
     ReleaseResult,
     RenewResult,
+    RetryResult,
+    SessionSummary,
+    SkipResult,
     Snapshot,
     StateRead,
     StoredEvent,
@@ -548,7 +553,8 @@ class Model:
                 return FailResult(outcome="dead_lettered", failure_count=e.failure_count)
             now = self.now()
             if e.claim_holder is None:
-                if e.last_failed_attempt != attempt:
+                # After a requeue (failures back to 0) the old failure is history.
+                if e.last_failed_attempt != attempt or e.failure_count == 0:
                     return FailResult(outcome="superseded", failure_count=e.failure_count)
                 delayed = e.claim_expires_at
                 return FailResult(
@@ -566,6 +572,130 @@ class Model:
             if retry_after_ms:
                 e.claim_expires_at = now + timedelta(milliseconds=retry_after_ms)
             return FailResult("failed", e.failure_count, e.claim_expires_at)
+
+    # --- operations (SPEC §6) ----------------------------------------------
+
+    def retry_dead_letter(self, session_id: str, *, index: int) -> RetryResult:
+        """§6 retry_dead_letter."""
+        with self._transaction() as state:
+            e = self._at(self._events(state, session_id), index)
+            if e is None:
+                raise ModelError(ErrorCode.EVENT_NOT_FOUND, f"no event {index}")
+            if e.processed_at is not None or e.failed_at is None:
+                return RetryResult("not_dead_lettered")
+            e.failed_at = None
+            e.failure_count = 0
+            e.claim_holder = None
+            e.claim_expires_at = None
+            return RetryResult("requeued")
+
+    def skip_event(self, session_id: str, *, index: int, reason: str) -> SkipResult:
+        """§6 skip_event."""
+        with self._transaction() as state:
+            session = self._events(state, session_id)
+            e = self._at(session, index)
+            if e is None:
+                raise ModelError(ErrorCode.EVENT_NOT_FOUND, f"no event {index}")
+            if e.processed_at is not None:
+                return SkipResult("already_processed")
+            e.processed_at = self.now()
+            e.processed_by_attempt = None
+            e.returned_event_ids = None
+            e.last_error = reason
+            e.failed_at = None
+            e.ready = False
+            e.claim_holder = None
+            e.claim_expires_at = None
+            if e.lane is not None:
+                head = next(
+                    (o for o in session if o.lane == e.lane and o.processed_at is None), None
+                )
+                if head is not None:
+                    head.ready = True
+            return SkipResult("skipped")
+
+    def delete_session(self, session_id: str) -> DeleteResult:
+        """§6 delete_session."""
+        with self._transaction() as state:
+            events = state.sessions.pop(session_id, [])
+            keys = [key for key in state.snapshots if key[0] == session_id]
+            for key in keys:
+                del state.snapshots[key]
+            return DeleteResult(events=len(events), snapshots=len(keys))
+
+    @staticmethod
+    def _latest(events: list[ModelEvent]) -> datetime:
+        return max(
+            t
+            for e in events
+            for t in (
+                e.created_at,
+                e.first_claimed_at,
+                e.last_claimed_at,
+                e.last_failed_at,
+                e.processed_at,
+                e.failed_at,
+            )
+            if t is not None
+        )
+
+    def prune(
+        self, *, settled_before: datetime, prefix: str = "", limit: int = 1000
+    ) -> PruneResult:
+        """§6 prune, all of it at once (the store's short transactions are not observable
+        from one caller)."""
+        cut = truncate_ms(settled_before)
+        chosen = [
+            sid
+            for sid, events in sorted(self.state.sessions.items())
+            if events
+            and sid.startswith(prefix)
+            and all(e.processed_at is not None for e in events)
+            and self._latest(events) < cut
+        ][:limit]
+        deleted = [self.delete_session(sid) for sid in chosen]
+        return PruneResult(
+            sessions=len(deleted),
+            events=sum(d.events for d in deleted),
+            snapshots=sum(d.snapshots for d in deleted),
+        )
+
+    def session_summary(self, session_id: str) -> SessionSummary | None:
+        """§6 inspect.session."""
+        events = self.events_of(session_id)
+        if not events:
+            return None
+        now = self.now()
+        pending = [e for e in events if e.processed_at is None and e.failed_at is None]
+        dead_lanes = {e.lane for e in events if e.processed_at is None and e.failed_at is not None}
+        return SessionSummary(
+            session_id=session_id,
+            event_count=len(events),
+            pending_count=len(pending),
+            failed_count=sum(e.failed_at is not None for e in events),
+            attempt_count=sum(e.attempt_count for e in events),
+            failure_count=sum(e.failure_count for e in events),
+            first_event_at=min(e.created_at for e in events),
+            updated_at=self._latest(events),
+            claimed_count=sum(
+                e.claim_holder is not None
+                and e.claim_expires_at is not None
+                and e.claim_expires_at > now
+                for e in pending
+            ),
+            blocked_count=sum(e.lane is not None and e.lane in dead_lanes for e in pending),
+            oldest_pending_at=min((e.created_at for e in pending), default=None),
+        )
+
+    def dead_letters(self, prefix: str = "") -> list[StoredEvent]:
+        """§6 inspect.list_dead_letters, every page at once."""
+        return [
+            e.stored()
+            for sid, events in sorted(self.state.sessions.items())
+            if sid.startswith(prefix)
+            for e in events
+            if e.processed_at is None and e.failed_at is not None
+        ]
 
     # --- state ------------------------------------------------------------
 

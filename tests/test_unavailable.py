@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import socket
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,13 @@ OPERATIONS: dict[str, Operation] = {
     "list_sessions": lambda s: s.inspect.list_sessions(),
     "read_events": lambda s: s.inspect.read_events("s"),
     "list_snapshots": lambda s: s.inspect.list_snapshots("s"),
+    "session": lambda s: s.inspect.session("s"),
+    "list_dead_letters": lambda s: s.inspect.list_dead_letters(),
+    "totals": lambda s: s.inspect.totals(),
+    "retry_dead_letter": lambda s: s.retry_dead_letter("s", index=1),
+    "skip_event": lambda s: s.skip_event("s", index=1, reason="r"),
+    "delete_session": lambda s: s.delete_session("s"),
+    "prune": lambda s: s.prune(settled_before=datetime(2030, 1, 1, tzinfo=UTC)),
 }
 
 
@@ -117,8 +125,14 @@ DROPPED: dict[str, tuple[str, ...]] = {
         "read_state",
         "list_sessions",
         "read_events",
+        "session",
+        "list_dead_letters",
+        "totals",
+        "retry_dead_letter",
+        "skip_event",
+        "prune",
     ),
-    "a2_snapshots": ("read_state", "put_snapshot", "list_snapshots"),
+    "a2_snapshots": ("read_state", "put_snapshot", "list_snapshots", "delete_session"),
 }
 
 

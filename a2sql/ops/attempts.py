@@ -92,7 +92,7 @@ MARK_FAILED = (
 )
 
 
-def _event_at(tx: Transaction, session_id: str, index: int) -> StoredEvent:
+def event_at(tx: Transaction, session_id: str, index: int) -> StoredEvent:
     row = execute.first(tx, EVENT_AT, {"sid": session_id, "index": index})
     if row is None:
         raise A2Error(
@@ -140,7 +140,7 @@ def complete_attempt(
 
     # The guarded update took nothing: the event is missing, done or no longer
     # this attempt's, or the batch names an id twice. Read it and say which.
-    parent = _event_at(tx, session_id, index)
+    parent = event_at(tx, session_id, index)
     repeated = duplicate_ids(ids)
     if repeated is not None:
         raise A2Error(
@@ -227,14 +227,15 @@ def fail_attempt(
 ) -> FailResult:
     """Count a failure of the current attempt and release its claim; with
     ``retry_at``, a failed (not dead-lettered) event is claimable again only then (§6)."""
-    event = _event_at(tx, session_id, index)
+    event = event_at(tx, session_id, index)
     if event.processed_at is not None or event.attempt_count != attempt:
         return FailResult("superseded", event.failure_count)
     if event.failed_at is not None:
         return FailResult("dead_lettered", event.failure_count)
     if event.claim_holder is None:
-        # A retried call of the failure that released the claim reports it again.
-        if event.last_failed_attempt != attempt:
+        # A retried call of the failure that released the claim reports it again,
+        # unless an operator requeued the event since (its failures reset to 0).
+        if event.last_failed_attempt != attempt or event.failure_count == 0:
             return FailResult("superseded", event.failure_count)
         delayed = event.claim_expires_at
         return FailResult(

@@ -57,6 +57,9 @@ def test_list_sessions_counts_events_pending_failed_attempts_and_failures(
         failure_count=2 + 1,
         first_event_at=start,
         updated_at=clock.now(),
+        claimed_count=0,  # 2's claim was released by its failure; 4 was never claimed
+        blocked_count=0,  # no lanes
+        oldest_pending_at=start,
     )
     assert (other.session_id, other.event_count, other.pending_count) == ("t", 2, 2)
     assert (other.failed_count, other.attempt_count, other.failure_count) == (0, 0, 0)

@@ -708,6 +708,75 @@ class StoreVersusModel(RuleBasedStateMachine):
         """A retried failure report is answered from the stored state, not counted twice."""
         self.op_fail(*data.draw(st.sampled_from(self.failures)))
 
+    # --- operators (SPEC §6 Operations) ------------------------------------------
+
+    @rule(
+        data=st.data(),
+        session=st.sampled_from(SESSIONS),
+        repair=st.sampled_from(["retry", "skip"]),
+    )
+    def repair(self, data: st.DataObject, session: str, repair: str) -> None:
+        """retry_dead_letter or skip_event on an event (a dead letter, often)."""
+        session = self.with_events(session)
+        events = self.model.events_of(session)
+        dead = [e.index for e in events if e.failed_at is not None and e.processed_at is None]
+        held = [e for e in events if e.claim_holder is not None and e.processed_at is None]
+        if not dead and held and data.draw(st.booleans()):
+            # Dead letters are rare in random runs: make one to repair.
+            target = data.draw(st.sampled_from(held))
+            self.op_fail(session, target.index, target.attempt_count, "fatal", 1)
+            dead = [e.index for e in events if e.failed_at is not None and e.processed_at is None]
+        index = data.draw(st.sampled_from([*dead, *dead, *(e.index for e in events), 99]))
+        if repair == "retry":
+            self.both(
+                f"retry_dead_letter({session!r}, {index})",
+                lambda: self.store.retry_dead_letter(session, index=index),
+                lambda: self.model.retry_dead_letter(session, index=index),
+            )
+        else:
+            self.both(
+                f"skip_event({session!r}, {index})",
+                lambda: self.store.skip_event(session, index=index, reason="operator"),
+                lambda: self.model.skip_event(session, index=index, reason="operator"),
+            )
+
+    @rule(data=st.data(), session=st.sampled_from(SESSIONS), prefix=st.sampled_from(PREFIXES))
+    def inspect(self, data: st.DataObject, session: str, prefix: str) -> None:
+        """inspect.session's counts and the dead letters under a prefix."""
+        self.both(
+            f"inspect.session({session!r})",
+            lambda: self.store.inspect.session(session),
+            lambda: self.model.session_summary(session),
+        )
+        self.both(
+            f"list_dead_letters({prefix!r})",
+            lambda: self.store.inspect.list_dead_letters(prefix=prefix, limit=1000).events,
+            lambda: self.model.dead_letters(prefix),
+        )
+
+    @rule(
+        data=st.data(),
+        session=st.sampled_from(SESSIONS),
+        prefix=st.sampled_from(PREFIXES),
+        back_ms=st.sampled_from([0, 1, 500, 5_000]),
+    )
+    def retention(self, data: st.DataObject, session: str, prefix: str, back_ms: int) -> None:
+        """delete_session, or prune with a cut a little before now."""
+        if data.draw(st.booleans()):
+            self.both(
+                f"delete_session({session!r})",
+                lambda: self.store.delete_session(session),
+                lambda: self.model.delete_session(session),
+            )
+            return
+        cut = self.now() - timedelta(milliseconds=back_ms)
+        limit = data.draw(st.sampled_from([1, 1000]))
+        self.both(
+            f"prune({cut}, {prefix!r}, {limit})",
+            lambda: self.store.prune(settled_before=cut, prefix=prefix, limit=limit),
+            lambda: self.model.prune(settled_before=cut, prefix=prefix, limit=limit),
+        )
+
     # --- time, snapshots, presence ----------------------------------------------
 
     @rule(ms=st.sampled_from(STEPS_MS) | st.integers(0, 6000), micros=st.sampled_from(MICROS))

@@ -412,6 +412,60 @@ METHODS = [
         reads_only=True,
     ),
     Method(
+        "inspect.session",
+        _kw(session_id=either(names)),
+        lambda s, a: s.inspect.session(a["session_id"]),
+        reads_only=True,
+    ),
+    Method(
+        "inspect.list_dead_letters",
+        _kw(
+            prefix=either(st.just("") | names),
+            cursor=either(st.none() | names | st.just('["s", 1]')),
+            limit=either(st.integers(min_value=1, max_value=1000)),
+        ),
+        lambda s, a: s.inspect.list_dead_letters(
+            prefix=a["prefix"], cursor=a["cursor"], limit=a["limit"]
+        ),
+        reads_only=True,
+    ),
+    Method(
+        "inspect.totals",
+        _kw(),
+        lambda s, a: s.inspect.totals(),
+        reads_only=True,
+    ),
+    Method(
+        "retry_dead_letter",
+        _kw(session_id=either(names), index=either(indexes)),
+        lambda s, a: s.retry_dead_letter(a["session_id"], index=a["index"]),
+    ),
+    Method(
+        "skip_event",
+        _kw(
+            session_id=either(names),
+            index=either(indexes),
+            reason=either(st.text(max_size=20)),
+        ),
+        lambda s, a: s.skip_event(a["session_id"], index=a["index"], reason=a["reason"]),
+    ),
+    Method(
+        "delete_session",
+        _kw(session_id=either(names)),
+        lambda s, a: s.delete_session(a["session_id"]),
+    ),
+    Method(
+        "prune",
+        _kw(
+            settled_before=either(aware),
+            prefix=either(st.just("") | names),
+            limit=either(st.integers(min_value=1, max_value=1000)),
+        ),
+        lambda s, a: s.prune(
+            settled_before=a["settled_before"], prefix=a["prefix"], limit=a["limit"]
+        ),
+    ),
+    Method(
         "stream",
         _kw(session_id=either(names), start_after=either(st.integers(min_value=0, max_value=6))),
         _stream,

@@ -1,0 +1,90 @@
+"""Deleting sessions: one on request, or the settled ones older than a cut (prune)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Select, bindparam, case, delete, func, literal_column, select
+
+from a2sql import execute
+from a2sql.dialects import Dialect
+from a2sql.execute import Transaction
+from a2sql.ops.events import SESSION
+from a2sql.ops.inspect import prefix_successor
+from a2sql.records import DeleteResult
+from a2sql.schema import events as E
+from a2sql.schema import snapshots as S
+from a2sql.types import Timestamp
+
+DELETE_EVENTS = delete(E).where(E.c.session_id == SESSION)
+DELETE_SNAPSHOTS = delete(S).where(S.c.session_id == SESSION)
+
+_CUT = bindparam("cut", type_=Timestamp())
+
+
+def delete_session(tx: Transaction, session_id: str) -> DeleteResult:
+    """Delete the session's events and snapshots (the caller holds its lock)."""
+    params = {"sid": session_id}
+    snapshots = execute.count(tx, DELETE_SNAPSHOTS, params)
+    return DeleteResult(events=execute.count(tx, DELETE_EVENTS, params), snapshots=snapshots)
+
+
+def _settled_before(dialect: Dialect) -> Any:
+    """Every event processed (a dead letter is not) and the latest time before the cut."""
+    latest = func.max(
+        dialect.latest_timestamp(
+            E.c.created_at,
+            E.c.first_claimed_at,
+            E.c.last_claimed_at,
+            E.c.last_failed_at,
+            E.c.processed_at,
+            E.c.failed_at,
+        )
+    )
+    unprocessed = func.sum(
+        case((E.c.processed_at.is_(None), literal_column("1")), else_=literal_column("0"))
+    )
+    return (unprocessed == 0) & (latest < _CUT)
+
+
+@cache
+def _candidates(dialect: Dialect, bounded: bool) -> Select[Any]:
+    key = E.c.session_id
+    statement = select(key).where(key >= bindparam("lower"))
+    if bounded:
+        statement = statement.where(key < dialect.unestimated(bindparam("upper")))
+    return (
+        statement.group_by(key)
+        .having(_settled_before(dialect))
+        .order_by(key)
+        .limit(bindparam("limit"))
+    )
+
+
+@cache
+def _still_settled(dialect: Dialect) -> Select[Any]:
+    return select(func.count()).where(E.c.session_id == SESSION).having(_settled_before(dialect))
+
+
+def prunable(
+    tx: Transaction, dialect: Dialect, *, settled_before: datetime, prefix: str, limit: int
+) -> list[str]:
+    """Up to ``limit`` sessions under ``prefix`` that ``prune`` may delete, by id."""
+    upper = prefix_successor(prefix) if prefix else None
+    params: dict[str, object] = {"lower": prefix, "cut": settled_before, "limit": limit}
+    if upper is not None:
+        params["upper"] = upper
+    return [row[0] for row in execute.rows(tx, _candidates(dialect, upper is not None), params)]
+
+
+def prune_session(
+    tx: Transaction, dialect: Dialect, session_id: str, *, settled_before: datetime
+) -> DeleteResult | None:
+    """Delete the session if it is still settled before the cut (the caller holds its
+    lock, and something may have been appended since it was found): else ``None``."""
+    found = execute.first(tx, _still_settled(dialect), {"sid": session_id, "cut": settled_before})
+    if found is None:
+        return None
+    return delete_session(tx, session_id)
