@@ -490,6 +490,10 @@ class AsyncInspector:
         """Dead-lettered events under ``prefix``, by session id then index."""
         return await self._store._run(calls.list_dead_letters(prefix, cursor, limit))
 
+    async def prunable(self, *, settled_before: datetime, prefix: str = "") -> PruneResult:
+        """What ``prune`` would delete now (``Inspector.prunable``)."""
+        return await self._store._run(calls.prunable(self._store._ctx, settled_before, prefix))
+
     async def totals(self) -> StoreTotals:
         """Counts over the whole database (``Inspector.totals``)."""
         return await self._store._run(calls.totals(self._store._ctx))

@@ -589,6 +589,15 @@ def delete_session(session_id: object) -> Call[DeleteResult]:
     return Call(lambda c: retention_ops.delete_session(c, sid), lock_session=sid)
 
 
+def prunable(ctx: Context, settled_before: object, prefix: object) -> Call[PruneResult]:
+    cut = truncate_ms(validate.aware_datetime(settled_before, "settled_before"))
+    under = _prefix(prefix)
+    return Call(
+        lambda c: retention_ops.prunable_totals(c, ctx.dialect, settled_before=cut, prefix=under),
+        read_only=True,
+    )
+
+
 class PruneCalls(NamedTuple):
     """``prune`` as calls: find the candidates, then one short transaction per session."""
 

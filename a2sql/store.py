@@ -472,6 +472,11 @@ class Inspector:
         pass the page's ``cursor`` back for the next page."""
         return self._store._run(calls.list_dead_letters(prefix, cursor, limit))
 
+    def prunable(self, *, settled_before: datetime, prefix: str = "") -> PruneResult:
+        """What ``prune(settled_before=..., prefix=...)`` would delete now, over every
+        call until it returns 0 sessions; deletes nothing (a dry run)."""
+        return self._store._run(calls.prunable(self._store._ctx, settled_before, prefix))
+
     def totals(self) -> StoreTotals:
         """Sessions, events, pending, claimed and dead letters over the whole database,
         and the oldest pending event's time. One pass over the table: for operators."""

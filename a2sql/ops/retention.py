@@ -13,7 +13,7 @@ from a2sql.dialects import Dialect
 from a2sql.execute import Transaction
 from a2sql.ops.events import SESSION
 from a2sql.ops.inspect import prefix_successor
-from a2sql.records import DeleteResult
+from a2sql.records import DeleteResult, PruneResult
 from a2sql.schema import events as E
 from a2sql.schema import snapshots as S
 from a2sql.types import Timestamp
@@ -64,6 +64,21 @@ def _candidates(dialect: Dialect, bounded: bool) -> Select[Any]:
 
 
 @cache
+def _prunable_totals(dialect: Dialect, bounded: bool) -> Select[Any]:
+    key = E.c.session_id
+    found = select(key, func.count().label("events")).where(key >= bindparam("lower"))
+    if bounded:
+        found = found.where(key < dialect.unestimated(bindparam("upper")))
+    settled = found.group_by(key).having(_settled_before(dialect)).subquery("settled")
+    snapshot_count = (
+        select(func.count())
+        .where(S.c.session_id.in_(select(settled.c.session_id)))
+        .scalar_subquery()
+    )
+    return select(func.count(), func.coalesce(func.sum(settled.c.events), 0), snapshot_count)
+
+
+@cache
 def _still_settled(dialect: Dialect) -> Select[Any]:
     return select(func.count()).where(E.c.session_id == SESSION).having(_settled_before(dialect))
 
@@ -77,6 +92,20 @@ def prunable(
     if upper is not None:
         params["upper"] = upper
     return [row[0] for row in execute.rows(tx, _candidates(dialect, upper is not None), params)]
+
+
+def prunable_totals(
+    tx: Transaction, dialect: Dialect, *, settled_before: datetime, prefix: str
+) -> PruneResult:
+    """What ``prune`` would delete now, over every call until it returns 0 sessions."""
+    upper = prefix_successor(prefix) if prefix else None
+    params: dict[str, object] = {"lower": prefix, "cut": settled_before}
+    if upper is not None:
+        params["upper"] = upper
+    [(sessions, events, snapshots)] = execute.rows(
+        tx, _prunable_totals(dialect, upper is not None), params
+    )
+    return PruneResult(sessions=int(sessions), events=int(events), snapshots=int(snapshots))
 
 
 def prune_session(

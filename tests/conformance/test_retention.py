@@ -66,11 +66,13 @@ def test_prune_deletes_settled_sessions_older_than_the_cut_only(
     clock.advance(seconds=3600)
     cut = clock.now()
     _settled(store, "new-settled")
+    assert store.inspect.prunable(settled_before=cut) == PruneResult(1, 2, 1)
     result = store.prune(settled_before=cut)
     assert result == PruneResult(sessions=1, events=2, snapshots=1)
     remaining = [s.session_id for s in store.inspect.list_sessions().sessions]
     assert remaining == ["new-settled", "old-dead", "old-pending"]
     assert store.prune(settled_before=cut) == PruneResult(sessions=0, events=0, snapshots=0)
+    assert store.inspect.prunable(settled_before=cut) == PruneResult(0, 0, 0)
 
 
 def test_prune_takes_the_latest_time_of_any_event(store: Store, clock: FakeClock) -> None:
@@ -91,6 +93,7 @@ def test_prune_by_prefix_and_limit_until_done(store: Store, clock: FakeClock) ->
     _settled(store, "jobs", count=1)  # under "job" but not under "job-"
     _settled(store, "keep", count=1)
     cut = clock.advance(ms=1)
+    assert store.inspect.prunable(settled_before=cut, prefix="job-") == PruneResult(5, 5, 0)
     deleted = []
     while (result := store.prune(settled_before=cut, prefix="job-", limit=2)).sessions:
         assert result.sessions <= 2
