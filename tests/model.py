@@ -640,10 +640,15 @@ class Model:
         )
 
     def prune(
-        self, *, settled_before: datetime, prefix: str = "", limit: int = 1000
+        self,
+        *,
+        settled_before: datetime,
+        prefix: str = "",
+        limit: int = 1000,
+        dry_run: bool = False,
     ) -> PruneResult:
         """§6 prune, all of it at once (the store's short transactions are not observable
-        from one caller)."""
+        from one caller); ``dry_run``: inspect.prunable, every call's worth, deleting nothing."""
         cut = truncate_ms(settled_before)
         chosen = [
             sid
@@ -652,8 +657,14 @@ class Model:
             and sid.startswith(prefix)
             and all(e.processed_at is not None for e in events)
             and self._latest(events) < cut
-        ][:limit]
-        deleted = [self.delete_session(sid) for sid in chosen]
+        ]
+        if dry_run:
+            return PruneResult(
+                sessions=len(chosen),
+                events=sum(len(self.events_of(sid)) for sid in chosen),
+                snapshots=sum(key[0] in chosen for key in self.state.snapshots),
+            )
+        deleted = [self.delete_session(sid) for sid in chosen[:limit]]
         return PruneResult(
             sessions=len(deleted),
             events=sum(d.events for d in deleted),

@@ -772,6 +772,11 @@ class StoreVersusModel(RuleBasedStateMachine):
         cut = self.now() - timedelta(milliseconds=back_ms)
         limit = data.draw(st.sampled_from([1, 1000]))
         self.both(
+            f"inspect.prunable({cut}, {prefix!r})",
+            lambda: self.store.inspect.prunable(settled_before=cut, prefix=prefix),
+            lambda: self.model.prune(settled_before=cut, prefix=prefix, dry_run=True),
+        )
+        self.both(
             f"prune({cut}, {prefix!r}, {limit})",
             lambda: self.store.prune(settled_before=cut, prefix=prefix, limit=limit),
             lambda: self.model.prune(settled_before=cut, prefix=prefix, limit=limit),
