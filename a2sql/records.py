@@ -232,10 +232,12 @@ class StoreTotals:
 @dataclass(frozen=True, slots=True)
 class DeadLetterPage:
     """A page of dead-lettered events by session id then index; ``cursor`` (opaque)
-    fetches the next page, ``None`` when this is the last."""
+    fetches the next page, ``None`` when this is the last. ``blocking``: for each
+    event, how many pending events of its lane wait behind it."""
 
     events: list[StoredEvent]
     cursor: str | None
+    blocking: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

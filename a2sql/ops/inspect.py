@@ -222,7 +222,7 @@ def _encode_cursor(session_id: str, index: int) -> str:
 def _dead_letters(after: bool, bounded: bool) -> Select[Any]:
     # Dead letters are unprocessed: the walk is a2_events_unprocessed's, in its order.
     key = E.c.session_id
-    statement = select(E).where(
+    statement = select(E, _BLOCKED_BEHIND).where(
         E.c.processed_at.is_(None),
         E.c.failed_at.is_not(None),
         key >= bindparam("lower"),
@@ -248,12 +248,15 @@ def list_dead_letters(
     if upper is not None:
         params["upper"] = upper
     rows = execute.rows(tx, _dead_letters(cursor is not None, upper is not None), params)
-    events = [stored_event(row) for row in rows[:limit]]
+    events = [stored_event(row[:-1]) for row in rows[:limit]]
     more = len(rows) > limit
     last = events[-1] if more else None
     return DeadLetterPage(
         events=events,
         cursor=None if last is None else _encode_cursor(last.session_id, last.index),
+        blocking=[
+            int(row[-1]) if events[n].lane is not None else 0 for n, row in enumerate(rows[:limit])
+        ],
     )
 
 

@@ -1,4 +1,5 @@
-"""``a2sql worker MODULE:HANDLER``: a pool worker from the command line.
+"""``a2sql worker MODULE:HANDLER``: a pool worker from the command line (its options
+are in ``a2sql.cli.worker``).
 
 ``--concurrency N`` runs N worker processes (each with its own connections
 and its own handler import); 1 runs the worker in this process. A coroutine
@@ -9,7 +10,6 @@ grace period and releases what is left; a second one stops at once.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import importlib
 import inspect
@@ -52,44 +52,17 @@ def load_handler(spec: str) -> Any:
     return target
 
 
-def add_arguments(parser: argparse.ArgumentParser, url_help: str) -> None:
-    parser.add_argument(
-        "handler", metavar="MODULE:HANDLER", help="the handler to run, e.g. app:handle"
-    )
-    parser.add_argument("--url", help=url_help)
-    parser.add_argument("--prefix", default="", help="serve only sessions whose id starts so")
-    parser.add_argument(
-        "--concurrency", type=int, default=1, help="worker processes (default: 1, this one)"
-    )
-    parser.add_argument("--ttl-ms", type=int, default=30_000, help="claim lease (default: 30000)")
-    parser.add_argument(
-        "--max-failures", type=int, default=5, help="failures before a dead letter (default: 5)"
-    )
-    parser.add_argument("--batch", type=int, default=16, help="events per claim (default: 16)")
-    parser.add_argument(
-        "--transactional",
-        action="store_true",
-        help="give the handler the completion's transaction (attempt.connection)",
-    )
-    parser.add_argument(
-        "--until-idle", action="store_true", help="exit once no work is claimable now or later"
-    )
-    parser.add_argument(
-        "--poll-interval", type=float, default=1.0, help="idle poll, seconds (default: 1)"
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    """The ``worker`` command."""
-    if args.concurrency < 1:
+def run(options: dict[str, Any]) -> int:
+    """The ``worker`` command, with its options by name (``a2sql.cli.worker``)."""
+    if options["concurrency"] < 1:
         raise A2Error(ErrorCode.INVALID_ARGUMENT, "--concurrency: must be at least 1")
-    load_handler(args.handler)  # fail here, once, rather than in every process
-    if args.concurrency == 1:
-        return _serve(vars(args))
+    load_handler(options["handler"])  # fail here, once, rather than in every process
+    if options["concurrency"] == 1:
+        return _serve(options)
     context = multiprocessing.get_context("spawn")
     processes = [
-        context.Process(target=_child, args=(vars(args),), name=f"a2sql-worker-{n}")
-        for n in range(args.concurrency)
+        context.Process(target=_child, args=(options,), name=f"a2sql-worker-{n}")
+        for n in range(options["concurrency"])
     ]
     for process in processes:
         process.start()

@@ -86,6 +86,7 @@ def test_skipping_a_dead_letter_unblocks_its_lane_in_the_counts(store: Store) ->
     _dead_letter(store, "s", 1)
     before = store.inspect.session("s")
     assert before is not None and before.blocked_count == 1
+    assert store.inspect.list_dead_letters().blocking == [1]
     store.skip_event("s", index=1, reason="bad input")
     after = store.inspect.session("s")
     assert after is not None and (after.blocked_count, after.failed_count) == (0, 0)
@@ -142,6 +143,7 @@ def test_list_dead_letters_by_session_then_index_with_a_prefix_and_pages(store: 
         ("other", 1),
     ]
     assert everything.cursor is None
+    assert everything.blocking == [0, 0, 0, 0]  # no lanes
     assert all(e.failed_at is not None for e in everything.events)
     seen = []
     cursor = None

@@ -1,0 +1,82 @@
+"""The ``a2sql`` command: look into a store, repair it, copy it, migrate it, work it."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import click
+
+from a2sql.cli.common import CommandFailed
+from a2sql.cli.copying import copy
+from a2sql.cli.demo import demo
+from a2sql.cli.reading import dead_letters, events, session, sessions, status, tail
+from a2sql.cli.repairs import delete, prune, retry, skip
+from a2sql.cli.schema import migrate
+from a2sql.cli.worker import worker
+from a2sql.errors import DRIVER_FAILURES, A2Error, from_driver_error
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(package_name="a2sql")
+def cli() -> None:
+    """a2sql: durable, multi-worker event sessions on SQLite and PostgreSQL.
+
+    Every command takes --url (default: $A2SQL_DATABASE_URL, else the embedded
+    sqlite:///.a2/dev.db); reading commands take --json for scripts.
+    """
+
+
+for command in (
+    demo,
+    status,
+    sessions,
+    session,
+    events,
+    tail,
+    dead_letters,
+    retry,
+    skip,
+    delete,
+    prune,
+    copy,
+    migrate,
+    worker,
+):
+    cli.add_command(command)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; errors are one line on stderr and a non-zero exit status."""
+    try:
+        try:
+            code = cli.main(
+                args=list(argv) if argv is not None else None,
+                prog_name="a2sql",
+                standalone_mode=False,
+            )
+        except DRIVER_FAILURES as error:
+            raise from_driver_error(error) from error
+    except click.exceptions.Abort:
+        print("a2sql: aborted", file=sys.stderr)
+        return 130
+    except click.UsageError as error:
+        hint = f" (see `{error.ctx.command_path} --help`)" if error.ctx is not None else ""
+        print(f"a2sql: {error.format_message()}{hint}", file=sys.stderr)
+        return error.exit_code
+    except click.ClickException as error:
+        print(f"a2sql: {error.format_message()}", file=sys.stderr)
+        return error.exit_code
+    except CommandFailed as error:
+        print(f"a2sql: {error}", file=sys.stderr)
+        return error.code
+    except A2Error as error:
+        print(f"a2sql: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 0
+    return code if isinstance(code, int) else 0

@@ -1,0 +1,76 @@
+"""What every ``a2sql`` command shares: ``--url``, ``--json``, opening the store, errors."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import click
+
+from a2sql.config import ENV_URL, resolve_url
+from a2sql.store import Store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+URL_HELP = f"Database URL (default: ${ENV_URL}, else sqlite:///.a2/dev.db)."
+
+
+class CommandFailed(Exception):
+    """A command's one-line failure: printed to stderr as ``a2sql: …``, then exit ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def url_option(function: F) -> F:
+    return click.option("--url", metavar="URL", default=None, help=URL_HELP)(function)
+
+
+def json_option(function: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")(
+        function
+    )
+
+
+def shown(url: str | None) -> str:
+    """The URL a command works on, as ``create_store`` resolves it, password hidden."""
+    return resolve_url(url).render_as_string(hide_password=True)
+
+
+@contextmanager
+def opened(url: str | None) -> Iterator[Store]:
+    """The store at ``url`` (resolved like ``create_store``), closed afterwards."""
+    from a2sql.create import create_store
+
+    with create_store(url) as store:
+        yield store
+
+
+_AGE_PART = re.compile(r"(\d+)\s*(w|d|h|m|s|ms)")
+_UNITS = {
+    "w": timedelta(weeks=1),
+    "d": timedelta(days=1),
+    "h": timedelta(hours=1),
+    "m": timedelta(minutes=1),
+    "s": timedelta(seconds=1),
+    "ms": timedelta(milliseconds=1),
+}
+
+
+class Age(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on only
+    """A duration such as ``30d``, ``12h``, ``1d12h`` or ``90s``."""
+
+    name = "AGE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, timedelta):
+            return value
+        text = str(value).strip().lower()
+        parts = _AGE_PART.findall(text)
+        if not parts or _AGE_PART.sub("", text).strip():
+            self.fail(f"{value!r} is not a duration such as 30d, 12h, 1d12h or 90s", param, ctx)
+        return sum((int(n) * _UNITS[unit] for n, unit in parts), timedelta())

@@ -1,0 +1,127 @@
+"""``a2sql copy``: move sessions from one database to another (e.g. SQLite to PostgreSQL)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import click
+from sqlalchemy import Engine
+
+from a2sql import migrate as migrations
+from a2sql import transfer
+from a2sql.cli.common import CommandFailed, json_option
+from a2sql.cli.output import Output
+from a2sql.config import build_engine, is_sqlite_memory, resolve_url
+from a2sql.store import Store
+
+
+def _engine(url: str, role: str) -> tuple[Engine, str]:
+    resolved = resolve_url(url)
+    shown = resolved.render_as_string(hide_password=True)
+    database = resolved.database
+    if (
+        resolved.get_backend_name() == "sqlite"
+        and not is_sqlite_memory(resolved)
+        and database
+        and not Path(database).exists()
+    ):
+        raise CommandFailed(f"{role} {shown}: no such database file")
+    return build_engine(resolved), shown
+
+
+@contextmanager
+def _stores(source_url: str, destination_url: str) -> Iterator[tuple[Store, Store, str, str]]:
+    """Both stores, after checking that both databases are at this a2sql's revision."""
+    from a2sql.create import create_store
+
+    head = migrations.head_revision()
+    with ExitStack() as stack:
+        opened = []
+        for url, role in ((source_url, "source"), (destination_url, "destination")):
+            engine, shown = _engine(url, role)
+            stack.callback(engine.dispose)
+            found = migrations.database_revision(engine)
+            if found != head:
+                raise CommandFailed(
+                    f"{role} {shown} is at schema revision {found or 'none'}, and copy needs "
+                    f"both databases at {head}: run `a2sql migrate --url {shown}` first"
+                )
+            opened.append((stack.enter_context(create_store(engine, migrate=False)), shown))
+        (source, source_shown), (destination, destination_shown) = opened
+        yield source, destination, source_shown, destination_shown
+
+
+@click.command()
+@click.argument("source_url", metavar="SRC_URL")
+@click.argument("destination_url", metavar="DST_URL")
+@click.option("--prefix", default="", help="Only sessions whose id starts with this.")
+@click.option(
+    "--skip-existing",
+    is_flag=True,
+    help="Leave sessions the destination already has (otherwise they stop the copy).",
+)
+@json_option
+def copy(
+    source_url: str, destination_url: str, prefix: str, skip_existing: bool, as_json: bool
+) -> None:
+    """Copy sessions from one database to another.
+
+    Copies the sessions of SRC_URL to DST_URL (e.g. the SQLite dev file to
+    PostgreSQL): events with every processing column and snapshots, keeping
+    ids, indexes and times; not presence.
+
+    Both databases must be at the same schema revision. Each session is copied
+    in one transaction, so an interrupted copy can simply be run again: the
+    sessions it finished are found as the source has them and passed over.
+    """
+    out = Output(as_json=as_json)
+    with _stores(source_url, destination_url) as (source, destination, src_shown, dst_shown):
+        out.note(f"from {src_shown}\nto   {dst_shown}")
+        summaries = list(transfer.source_sessions(source, prefix))
+        plan = transfer.plan(source, destination, summaries)
+        if plan.different and not skip_existing:
+            names = ", ".join(repr(s) for s in plan.different[:5])
+            more = f" and {len(plan.different) - 5} more" if len(plan.different) > 5 else ""
+            raise CommandFailed(
+                f"{len(plan.different)} sessions exist at the destination and differ from the "
+                f"source ({names}{more}): nothing copied; pass --skip-existing to copy the others"
+            )
+        with out.progress("copying sessions", len(plan.to_copy)) as advance:
+            try:
+                sessions, events, snapshots = transfer.copy_sessions(
+                    source, destination, plan.to_copy, on_session=lambda _sid, _done: advance()
+                )
+            except transfer.CopyConflict as error:
+                raise CommandFailed(str(error)) from None
+        wrong = transfer.mismatches(source, destination, plan.to_copy + plan.present)
+    if wrong:
+        raise CommandFailed(
+            f"after the copy, {len(wrong)} sessions have other counts at the destination "
+            f"(first: {wrong[0]!r}): were they written to during the copy? run it again"
+        )
+    report = transfer.CopyReport(
+        copied=sessions,
+        events=events,
+        snapshots=snapshots,
+        present=len(plan.present),
+        skipped=len(plan.different),
+    )
+    if as_json:
+        out.json({"source": src_shown, "destination": dst_shown, **_fields(report)})
+        return
+    out.line(
+        f"copied {sessions} sessions ({events} events, {snapshots} snapshots); "
+        f"{report.present} already there, {report.skipped} skipped; counts verified"
+    )
+
+
+def _fields(report: transfer.CopyReport) -> dict[str, object]:
+    return {
+        "copied": report.copied,
+        "events": report.events,
+        "snapshots": report.snapshots,
+        "present": report.present,
+        "skipped": report.skipped,
+    }

@@ -1,0 +1,335 @@
+"""Reading commands: status, sessions, session, events, tail, dead-letters."""
+
+from __future__ import annotations
+
+import click
+
+from a2sql import migrate as migrations
+from a2sql.cli.common import CommandFailed, json_option, opened, shown, url_option
+from a2sql.cli.output import Output, age, iso
+from a2sql.cli.states import STATE_STYLES, event_state, first_line
+from a2sql.records import SessionSummary, StoredEvent
+from a2sql.store import Store
+
+
+@click.command()
+@url_option
+@json_option
+def status(url: str | None, as_json: bool) -> None:
+    """The database at a glance.
+
+    URL, engine, schema revision, sessions, events, pending, claimed, dead
+    letters and the age of the oldest pending event.
+    """
+    out = Output(as_json=as_json)
+    with opened(url) as store:
+        totals = store.inspect.totals()
+        now = store.clock.now()
+        revision = migrations.database_revision(store.engine)
+        document = {
+            "url": shown(url),
+            "engine": store.engine.dialect.name,
+            "revision": revision,
+            "head": migrations.head_revision(),
+            "sessions": totals.sessions,
+            "events": totals.events,
+            "pending": totals.pending,
+            "claimed": totals.claimed,
+            "dead_letters": totals.dead_letters,
+            "oldest_pending_at": totals.oldest_pending_at,
+            "oldest_pending_age_s": (
+                None
+                if totals.oldest_pending_at is None
+                else round((now - totals.oldest_pending_at).total_seconds(), 3)
+            ),
+        }
+    if as_json:
+        out.json(document)
+        return
+    oldest = totals.oldest_pending_at
+    out.fields(
+        [
+            ("url", document["url"]),
+            ("engine", document["engine"]),
+            ("revision", f"{revision} (newest this a2sql knows: {document['head']})"),
+            ("sessions", totals.sessions),
+            ("events", totals.events),
+            ("pending", totals.pending),
+            ("claimed", totals.claimed),
+            ("dead letters", totals.dead_letters),
+            (
+                "oldest pending",
+                "-" if oldest is None else f"{iso(oldest)} ({age(oldest, now)} ago)",
+            ),
+        ]
+    )
+
+
+def _summary_row(summary: SessionSummary) -> list[object]:
+    return [
+        summary.session_id,
+        summary.event_count,
+        summary.pending_count,
+        summary.claimed_count,
+        summary.failed_count,
+        summary.blocked_count,
+        iso(summary.updated_at),
+    ]
+
+
+_SUMMARY_COLUMNS = ["session", "events", "pending", "claimed", "dead", "blocked", "updated"]
+
+
+def _summary_style(summary: SessionSummary) -> str | None:
+    if summary.failed_count:
+        return "red"
+    if summary.pending_count:
+        return "yellow"
+    return None
+
+
+@click.command()
+@click.option("--prefix", default="", help="Only sessions whose id starts with this.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1), help="At most.")
+@url_option
+@json_option
+def sessions(prefix: str, limit: int, url: str | None, as_json: bool) -> None:
+    """Sessions by id, with their counts."""
+    out = Output(as_json=as_json)
+    found: list[SessionSummary] = []
+    more = False
+    with opened(url) as store:
+        out.database(shown(url))
+        cursor = None
+        while len(found) < limit:
+            page = store.inspect.list_sessions(
+                prefix=prefix, cursor=cursor, limit=min(1000, limit - len(found))
+            )
+            found += page.sessions
+            cursor = page.cursor
+            if cursor is None:
+                break
+        more = cursor is not None
+    if as_json:
+        out.json({"url": shown(url), "sessions": found, "more": more})
+        return
+    out.table(
+        _SUMMARY_COLUMNS,
+        [_summary_row(s) for s in found],
+        styles=[_summary_style(s) for s in found],
+        empty="no sessions",
+    )
+    if more:
+        out.note(f"(more than {limit}: pass --limit to see more)")
+
+
+@click.command()
+@click.argument("session_id")
+@url_option
+@json_option
+def session(session_id: str, url: str | None, as_json: bool) -> None:
+    """One session's counts and snapshots.
+
+    SESSION_ID is the exact id, not a prefix.
+    """
+    out = Output(as_json=as_json)
+    with opened(url) as store:
+        out.database(shown(url))
+        summary = store.inspect.session(session_id)
+        if summary is None:
+            raise CommandFailed(f"no session {session_id!r} (it has no events)")
+        snapshots = store.inspect.list_snapshots(session_id)
+        now = store.clock.now()
+    if as_json:
+        out.json({"url": shown(url), "session": summary, "snapshots": snapshots})
+        return
+    oldest = summary.oldest_pending_at
+    out.fields(
+        [
+            ("session", summary.session_id),
+            ("events", summary.event_count),
+            ("pending", summary.pending_count),
+            ("claimed", summary.claimed_count),
+            ("dead letters", summary.failed_count),
+            ("blocked", summary.blocked_count),
+            ("attempts", summary.attempt_count),
+            ("failures", summary.failure_count),
+            ("first event", iso(summary.first_event_at)),
+            ("updated", iso(summary.updated_at)),
+            (
+                "oldest pending",
+                "-" if oldest is None else f"{iso(oldest)} ({age(oldest, now)} ago)",
+            ),
+        ]
+    )
+    out.line("")
+    out.table(
+        ["snapshot", "index", "updated"],
+        [[s.reducer_name, s.index, iso(s.updated_at)] for s in snapshots],
+        empty="no snapshots",
+    )
+
+
+def _event_document(event: StoredEvent, state: tuple[str, str]) -> dict[str, object]:
+    from a2sql.cli.output import jsonable
+
+    document: dict[str, object] = jsonable(event)
+    document["state"], document["detail"] = state
+    return document
+
+
+def _payload(event: StoredEvent) -> str:
+    import json
+
+    text = json.dumps(event.payload, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@click.command()
+@click.argument("session_id")
+@click.option("--after", default=0, show_default=True, type=click.IntRange(0), help="Index.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000))
+@url_option
+@json_option
+def events(session_id: str, after: int, limit: int, url: str | None, as_json: bool) -> None:
+    """A session's events, each with its state.
+
+    pending (waits for its lane), ready, claimed (by whom, until when), retrying
+    (failed, claimable again at a time), processed (by which attempt), settled
+    (appended processed), skipped, dead-lettered, blocked (behind a dead letter).
+    """
+    out = Output(as_json=as_json)
+    with opened(url) as store:
+        out.database(shown(url))
+        page = store.inspect.read_events(session_id, after_index=after, limit=limit)
+        now = store.clock.now()
+    states = [event_state(event, page, now) for event in page.events]
+    if as_json:
+        out.json(
+            {
+                "url": shown(url),
+                "session_id": session_id,
+                "through_index": page.through_index,
+                "events": [_event_document(e, s) for e, s in zip(page.events, states, strict=True)],
+            }
+        )
+        return
+    out.table(
+        ["index", "type", "lane", "state", "attempts", "detail"],
+        [
+            [e.index, e.type, e.lane or "-", state, e.attempt_count, detail]
+            for e, (state, detail) in zip(page.events, states, strict=True)
+        ],
+        styles=[STATE_STYLES[state] for state, _ in states],
+        empty=f"no events in {session_id!r} after index {after}",
+    )
+    last = page.events[-1].index if page.events else after
+    if last < page.through_index:
+        out.note(f"(more after index {last}: pass --after {last})")
+
+
+@click.command()
+@click.argument("session_id")
+@click.option(
+    "--from",
+    "start",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Start after this index (0: from the first event).",
+)
+@url_option
+@json_option
+def tail(session_id: str, start: int, url: str | None, as_json: bool) -> None:
+    """Follow a session's events until Ctrl-C.
+
+    Prints the events after --from, then each new one as it is appended.
+    """
+    out = Output(as_json=as_json)
+    with opened(url) as store:
+        out.database(shown(url))
+        stream = store.stream(session_id, start_after=start)
+        try:
+            for event in stream:
+                if as_json:
+                    out.json(event)
+                else:
+                    out.line(
+                        f"{iso(event.created_at)}  #{event.index}  {event.type}"
+                        f"{'  [' + event.lane + ']' if event.lane else ''}  {_payload(event)}"
+                    )
+        except KeyboardInterrupt:
+            pass
+        finally:
+            stream.close()
+
+
+def _all_dead_letters(
+    store: Store, prefix: str, limit: int
+) -> tuple[list[StoredEvent], list[int], bool]:
+    found: list[StoredEvent] = []
+    blocking: list[int] = []
+    cursor = None
+    while len(found) < limit:
+        page = store.inspect.list_dead_letters(
+            prefix=prefix, cursor=cursor, limit=min(1000, limit - len(found))
+        )
+        found += page.events
+        blocking += page.blocking
+        cursor = page.cursor
+        if cursor is None:
+            break
+    return found, blocking, cursor is not None
+
+
+@click.command("dead-letters")
+@click.option("--prefix", default="", help="Only sessions whose id starts with this.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1), help="At most.")
+@url_option
+@json_option
+def dead_letters(prefix: str, limit: int, url: str | None, as_json: bool) -> None:
+    """Dead-lettered events and what each one blocks.
+
+    By session then index; blocks: the pending events of its lane waiting behind it.
+    """
+    out = Output(as_json=as_json)
+    with opened(url) as store:
+        out.database(shown(url))
+        found, blocked, more = _all_dead_letters(store, prefix, limit)
+    if as_json:
+        out.json(
+            {
+                "url": shown(url),
+                "dead_letters": [
+                    {**_event_document(e, ("dead-lettered", "")), "blocks": blocked[i]}
+                    for i, e in enumerate(found)
+                ],
+                "more": more,
+            }
+        )
+        return
+    out.table(
+        ["session", "index", "type", "lane", "failures", "blocks", "dead since", "last error"],
+        [
+            [
+                e.session_id,
+                e.index,
+                e.type,
+                e.lane or "-",
+                e.failure_count,
+                blocked[i],
+                iso(e.failed_at),
+                first_line(e.last_error),
+            ]
+            for i, e in enumerate(found)
+        ],
+        empty="no dead letters",
+    )
+    if found:
+        first = found[0]
+        out.note(
+            f"retry one: a2sql retry {first.session_id} {first.index}   "
+            f"skip one: a2sql skip {first.session_id} {first.index} --reason TEXT"
+        )
+    if more:
+        out.note(f"(more than {limit}: pass --limit to see more)")

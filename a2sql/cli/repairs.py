@@ -1,0 +1,145 @@
+"""Repairing and retention commands: retry, skip, delete, prune."""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+
+import click
+
+from a2sql.cli.common import Age, CommandFailed, json_option, opened, shown, url_option
+from a2sql.cli.output import Output, iso
+from a2sql.records import PruneResult
+
+
+@click.command()
+@click.argument("session_id")
+@click.argument("index", type=click.IntRange(1))
+@url_option
+@json_option
+def retry(session_id: str, index: int, url: str | None, as_json: bool) -> None:
+    """Requeue a dead letter as a new attempt.
+
+    The event is claimable at once and its failure count starts again at 0;
+    when it completes, the events behind it in its lane move on.
+    """
+    out = Output(as_json=as_json)
+    with opened(url) as store:
+        out.database(shown(url))
+        result = store.retry_dead_letter(session_id, index=index)
+    if as_json:
+        out.json({"url": shown(url), "session_id": session_id, "index": index, **vars_of(result)})
+    if result.outcome != "requeued":
+        raise CommandFailed(f"{session_id} #{index} is not a dead letter: nothing changed")
+    if not as_json:
+        out.line(f"requeued {session_id} #{index}: the next claim takes it as a new attempt")
+
+
+@click.command()
+@click.argument("session_id")
+@click.argument("index", type=click.IntRange(1))
+@click.option("--reason", required=True, help="Why, kept in the event's last_error.")
+@url_option
+@json_option
+def skip(session_id: str, index: int, reason: str, url: str | None, as_json: bool) -> None:
+    """Mark an event processed without running it.
+
+    The reason is kept in the event's last_error; the next event of its lane
+    becomes claimable, and a late completion of it is superseded.
+    """
+    out = Output(as_json=as_json)
+    with opened(url) as store:
+        out.database(shown(url))
+        result = store.skip_event(session_id, index=index, reason=reason)
+    if as_json:
+        out.json({"url": shown(url), "session_id": session_id, "index": index, **vars_of(result)})
+    if result.outcome != "skipped":
+        raise CommandFailed(f"{session_id} #{index} is already processed: nothing changed")
+    if not as_json:
+        out.line(f"skipped {session_id} #{index}: {reason}")
+
+
+@click.command()
+@click.argument("session_id")
+@click.option("--yes", is_flag=True, help="Do not ask (asked only in a terminal).")
+@url_option
+@json_option
+def delete(session_id: str, yes: bool, url: str | None, as_json: bool) -> None:
+    """Delete a session's events and snapshots.
+
+    Its event ids may then be appended again, and its indexes start over at 1.
+    """
+    out = Output(as_json=as_json)
+    with opened(url) as store:
+        out.database(shown(url))
+        if not yes and out.rich and sys.stdin.isatty():
+            summary = store.inspect.session(session_id)
+            if summary is None:
+                raise CommandFailed(f"no session {session_id!r}")
+            click.confirm(
+                f"delete {session_id!r}: {summary.event_count} events, "
+                f"{summary.pending_count} pending?",
+                abort=True,
+            )
+        result = store.delete_session(session_id)
+    if as_json:
+        out.json({"url": shown(url), "session_id": session_id, **vars_of(result)})
+        return
+    if result.events == 0 and result.snapshots == 0:
+        raise CommandFailed(f"no session {session_id!r}: nothing deleted")
+    out.line(f"deleted {session_id}: {result.events} events, {result.snapshots} snapshots")
+
+
+@click.command()
+@click.option(
+    "--older-than",
+    "older_than",
+    type=Age(),
+    required=True,
+    help="Settled for at least this long, e.g. 30d, 12h.",
+)
+@click.option("--prefix", default="", help="Only sessions whose id starts with this.")
+@click.option("--dry-run", is_flag=True, help="Count what would go; delete nothing.")
+@url_option
+@json_option
+def prune(
+    older_than: timedelta, prefix: str, dry_run: bool, url: str | None, as_json: bool
+) -> None:
+    """Delete settled sessions older than --older-than.
+
+    Settled: no unprocessed event (a dead letter counts as unprocessed); older:
+    nothing in it happened for that long. Each session is deleted in a short
+    transaction of its own.
+    """
+    out = Output(as_json=as_json)
+    with opened(url) as store:
+        out.database(shown(url))
+        cut = store.clock.now() - older_than
+        planned = store.inspect.prunable(settled_before=cut, prefix=prefix)
+        if dry_run:
+            done = planned
+        else:
+            sessions = events = snapshots = 0
+            with out.progress("pruning", planned.sessions) as advance:
+                while (step := store.prune(settled_before=cut, prefix=prefix)).sessions:
+                    sessions += step.sessions
+                    events += step.events
+                    snapshots += step.snapshots
+                    advance(step.sessions)
+            done = PruneResult(sessions=sessions, events=events, snapshots=snapshots)
+    if as_json:
+        out.json({"url": shown(url), "settled_before": cut, "dry_run": dry_run, **vars_of(done)})
+        return
+    verb = "would delete" if dry_run else "deleted"
+    out.line(
+        f"{verb} {done.sessions} sessions ({done.events} events, {done.snapshots} snapshots) "
+        f"settled before {iso(cut)}"
+    )
+
+
+def vars_of(record: object) -> dict[str, object]:
+    from a2sql.cli.output import jsonable
+
+    value = jsonable(record)
+    assert isinstance(value, dict)
+    return value

@@ -1,0 +1,50 @@
+"""``a2sql worker``: its options; the serving is ``a2sql.worker.command``, loaded when run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from a2sql.cli.common import url_option
+
+
+@click.command()
+@click.argument("handler", metavar="MODULE:HANDLER")
+@url_option
+@click.option("--prefix", default="", help="Serve only sessions whose id starts with this.")
+@click.option(
+    "--concurrency",
+    default=1,
+    show_default=True,
+    type=int,
+    help="Worker processes (1: this one).",
+)
+@click.option("--ttl-ms", default=30_000, show_default=True, type=int, help="Claim lease.")
+@click.option(
+    "--max-failures", default=5, show_default=True, type=int, help="Failures before a dead letter."
+)
+@click.option("--batch", default=16, show_default=True, type=int, help="Events per claim.")
+@click.option(
+    "--transactional",
+    is_flag=True,
+    help="Give the handler the completion's transaction (attempt.connection).",
+)
+@click.option("--until-idle", is_flag=True, help="Exit once no work is claimable now or later.")
+@click.option(
+    "--poll-interval", default=1.0, show_default=True, type=float, help="Idle poll, seconds."
+)
+def worker(**options: Any) -> None:
+    """Run a pool worker with a handler.
+
+    Claims events across sessions and runs HANDLER on each.
+
+    HANDLER is a function (or coroutine function) imported from the working
+    directory, e.g. app:handle. SIGTERM or Ctrl-C lets running handlers
+    finish, then releases the claims left; a second one stops at once.
+    """
+    from a2sql.worker.command import run
+
+    code = run(options)
+    if code:
+        raise SystemExit(code)
