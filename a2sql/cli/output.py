@@ -119,7 +119,15 @@ class Output:
             if not rows:
                 self.console.print(Text(empty, style="dim"))
                 return
-            table = Table(*columns, box=None, header_style="bold", pad_edge=False)
+            table = Table(box=None, header_style="bold", pad_edge=False)
+            cells = [[str(cell) for cell in row] for row in rows]
+            for number, name in enumerate(columns):
+                if number == len(columns) - 1:
+                    table.add_column(name)  # the last one (details, errors) wraps
+                    continue
+                # Ids, indexes and times are never cut short.
+                widest = max(len(name), *(len(row[number]) for row in cells))
+                table.add_column(name, no_wrap=True, min_width=widest)
             for position, row in enumerate(rows):
                 style = styles[position] if styles else None
                 table.add_row(*(str(cell) for cell in row), style=style)

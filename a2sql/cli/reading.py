@@ -309,7 +309,7 @@ def dead_letters(prefix: str, limit: int, url: str | None, as_json: bool) -> Non
         )
         return
     out.table(
-        ["session", "index", "type", "lane", "failures", "blocks", "dead since", "last error"],
+        ["session", "index", "type", "lane", "failures", "blocks", "last error"],
         [
             [
                 e.session_id,
@@ -318,7 +318,6 @@ def dead_letters(prefix: str, limit: int, url: str | None, as_json: bool) -> Non
                 e.lane or "-",
                 e.failure_count,
                 blocked[i],
-                iso(e.failed_at),
                 first_line(e.last_error),
             ]
             for i, e in enumerate(found)

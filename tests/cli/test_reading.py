@@ -98,5 +98,5 @@ def test_dead_letters_say_what_they_block(cli: Cli, populated: tuple[Store, str]
         == []
     )
     plain = cli("dead-letters", "--url", url)
-    assert plain.lines()[1].split("\t")[:6] == ["order-1", "4", "report", "report", "1", "1"]
+    assert plain.lines()[1].split("\t") == ["order-1", "4", "report", "report", "1", "1", "boom"]
     assert "a2sql retry order-1 4" in plain.err
