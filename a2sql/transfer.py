@@ -146,15 +146,17 @@ def plan(source: Store, destination: Store, summaries: Sequence[SessionSummary])
     as the source has them (an earlier copy's), and those it has otherwise."""
     to_copy, present, different = [], [], []
     for summary in summaries:
-        there = destination.inspect.session(summary.session_id)
+        sid = summary.session_id
+        there = destination.inspect.session(sid)
         if there is None:
-            to_copy.append(summary.session_id)
-        elif _comparable(there) == _comparable(summary) and _snapshots(
-            destination, summary.session_id
-        ) == _snapshots(source, summary.session_id):
-            present.append(summary.session_id)
+            to_copy.append(sid)
+        # The counts first; then every row, as the same times may well hold other events.
+        elif _comparable(there) == _comparable(summary) and read_session(
+            destination, sid
+        ) == read_session(source, sid):
+            present.append(sid)
         else:
-            different.append(summary.session_id)
+            different.append(sid)
     return CopyPlan(to_copy, present, different)
 
 
