@@ -12,6 +12,7 @@ from pathlib import Path
 import a2sql
 from a2sql import NewEvent, Store
 from a2sql.records import StoredEvent
+from a2sql.testing import FakeClock
 from tests.cli.conftest import Cli, run_a2sql
 
 
@@ -138,7 +139,13 @@ def test_copy_refuses_sessions_that_differ_at_the_destination(cli: Cli, tmp_path
     """copy: a session the destination has otherwise stops the copy before anything is
     written, unless --skip-existing; one already copied is passed over."""
     source_url, destination_url = (f"sqlite:///{tmp_path / n}" for n in ("a.db", "b.db"))
-    with a2sql.create_store(source_url) as source, a2sql.create_store(destination_url) as dest:
+    # One clock for both: the destination's 'b' has the source's counts and times, and
+    # only its rows tell it apart.
+    clock = FakeClock()
+    with (
+        a2sql.create_store(source_url, clock=clock) as source,
+        a2sql.create_store(destination_url, clock=clock) as dest,
+    ):
         for sid in ("a", "b", "c"):
             source.append(sid, [NewEvent("e", {"sid": sid})])
         dest.append("b", [NewEvent("other")])
