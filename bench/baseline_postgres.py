@@ -93,7 +93,15 @@ SUMMARIES = (
     " count(*) filter (where processed_at is null and failed_at is null),"
     " count(*) filter (where failed_at is not null), sum(attempt_count), sum(failure_count),"
     " min(created_at), max(greatest(created_at, first_claimed_at, last_claimed_at,"
-    " last_failed_at, processed_at, failed_at))"
+    " last_failed_at, processed_at, failed_at)),"
+    # claimed, blocked behind a dead letter, oldest pending (SessionSummary's newer fields)
+    " count(*) filter (where processed_at is null and failed_at is null"
+    " and claim_holder is not null and claim_expires_at > %s),"
+    " sum(case when processed_at is null and failed_at is not null and lane is not null then"
+    " (select count(*) from a2_events b where b.session_id = a2_events.session_id"
+    " and b.lane = a2_events.lane and b.processed_at is null and b.idx > a2_events.idx)"
+    " else 0 end),"
+    " min(created_at) filter (where processed_at is null and failed_at is null)"
     " from a2_events where session_id >= %s and session_id < %s"
     " group by session_id order by session_id limit %s"
 )
@@ -249,7 +257,7 @@ class PostgresBaseline:
 
     def list_sessions(self, prefix: str, limit: int) -> int:
         with self._transaction():
-            rows = self._x(SUMMARIES, (prefix, successor(prefix), limit + 1)).fetchall()
+            rows = self._x(SUMMARIES, (now(), prefix, successor(prefix), limit + 1)).fetchall()
         return len(rows[:limit])
 
     def read_events(self, session_id: str, after: int, limit: int) -> int:

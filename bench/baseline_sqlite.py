@@ -79,7 +79,15 @@ SUMMARIES = (
     "select session_id, count(*), sum(processed_at is null and failed_at is null),"
     " sum(failed_at is not null), sum(attempt_count), sum(failure_count), min(created_at),"
     " max(max(created_at, coalesce(first_claimed_at, 0), coalesce(last_claimed_at, 0),"
-    " coalesce(last_failed_at, 0), coalesce(processed_at, 0), coalesce(failed_at, 0)))"
+    " coalesce(last_failed_at, 0), coalesce(processed_at, 0), coalesce(failed_at, 0))),"
+    # claimed, blocked behind a dead letter, oldest pending (SessionSummary's newer fields)
+    " sum(processed_at is null and failed_at is null and claim_holder is not null"
+    " and claim_expires_at > ?),"
+    " sum(case when processed_at is null and failed_at is not null and lane is not null then"
+    " (select count(*) from a2_events b where b.session_id = a2_events.session_id"
+    " and b.lane = a2_events.lane and b.processed_at is null and b.idx > a2_events.idx)"
+    " else 0 end),"
+    " min(case when processed_at is null and failed_at is null then created_at end)"
     " from a2_events where session_id >= ? and session_id < ?"
     " group by session_id order by session_id limit ?"
 )
@@ -208,7 +216,7 @@ class SqliteBaseline:
 
     def list_sessions(self, prefix: str, limit: int) -> int:
         with self._transaction("begin"):
-            rows = self._x(SUMMARIES, (prefix, successor(prefix), limit + 1)).fetchall()
+            rows = self._x(SUMMARIES, (now_ms(), prefix, successor(prefix), limit + 1)).fetchall()
         return len(rows[:limit])
 
     def read_events(self, session_id: str, after: int, limit: int) -> int:
