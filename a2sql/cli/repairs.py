@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 
 import click
 
 from a2sql.cli.common import Age, CommandFailed, json_option, opened, shown, url_option
 from a2sql.cli.output import Output, iso
-from a2sql.records import PruneResult
+from a2sql.records import PruneResult, RetryResult, SkipResult
+from a2sql.store import Store
 
 
 @click.command()
@@ -23,16 +25,15 @@ def retry(session_id: str, index: int, url: str | None, as_json: bool) -> None:
     The event is claimable at once and its failure count starts again at 0;
     when it completes, the events behind it in its lane move on.
     """
-    out = Output(as_json=as_json)
-    with opened(url) as store:
-        out.database(shown(url))
-        result = store.retry_dead_letter(session_id, index=index)
-    if as_json:
-        out.json({"url": shown(url), "session_id": session_id, "index": index, **vars_of(result)})
-    if result.outcome != "requeued":
-        raise CommandFailed(f"{session_id} #{index} is not a dead letter: nothing changed")
-    if not as_json:
-        out.line(f"requeued {session_id} #{index}: the next claim takes it as a new attempt")
+    _repair(
+        url,
+        as_json,
+        lambda store: store.retry_dead_letter(session_id, index=index),
+        (session_id, index),
+        done="requeued",
+        said="requeued {event}: the next claim takes it as a new attempt",
+        refused="{event} is not a dead letter: nothing changed",
+    )
 
 
 @click.command()
@@ -47,16 +48,15 @@ def skip(session_id: str, index: int, reason: str, url: str | None, as_json: boo
     The reason is kept in the event's last_error; the next event of its lane
     becomes claimable, and a late completion of it is superseded.
     """
-    out = Output(as_json=as_json)
-    with opened(url) as store:
-        out.database(shown(url))
-        result = store.skip_event(session_id, index=index, reason=reason)
-    if as_json:
-        out.json({"url": shown(url), "session_id": session_id, "index": index, **vars_of(result)})
-    if result.outcome != "skipped":
-        raise CommandFailed(f"{session_id} #{index} is already processed: nothing changed")
-    if not as_json:
-        out.line(f"skipped {session_id} #{index}: {reason}")
+    _repair(
+        url,
+        as_json,
+        lambda store: store.skip_event(session_id, index=index, reason=reason),
+        (session_id, index),
+        done="skipped",
+        said=f"skipped {{event}}: {reason}",
+        refused="{event} is already processed: nothing changed",
+    )
 
 
 @click.command()
@@ -135,6 +135,31 @@ def prune(
         f"{verb} {done.sessions} sessions ({done.events} events, {done.snapshots} snapshots) "
         f"settled before {iso(cut)}"
     )
+
+
+def _repair(
+    url: str | None,
+    as_json: bool,
+    call: Callable[[Store], RetryResult | SkipResult],
+    at: tuple[str, int],
+    *,
+    done: str,
+    said: str,
+    refused: str,
+) -> None:
+    """Run one repair; an outcome other than ``done`` changed nothing: exit 1 saying so."""
+    out = Output(as_json=as_json)
+    with opened(url) as store:
+        out.database(shown(url))
+        result = call(store)
+    session_id, index = at
+    event = f"{session_id} #{index}"
+    if as_json:
+        out.json({"url": shown(url), "session_id": session_id, "index": index, **vars_of(result)})
+    if result.outcome != done:
+        raise CommandFailed(refused.format(event=event))
+    if not as_json:
+        out.line(said.format(event=event))
 
 
 def vars_of(record: object) -> dict[str, object]:

@@ -65,6 +65,21 @@ def _count(condition: ColumnElement[bool]) -> ColumnElement[Any]:
     return func.sum(case((condition, _ONE), else_=_ZERO))
 
 
+def latest_time(dialect: Dialect) -> ColumnElement[Any]:
+    """The latest time anything happened to a session's events (an aggregate): what
+    ``updated_at`` reports and ``prune`` compares with its cut."""
+    return func.max(
+        dialect.latest_timestamp(
+            E.c.created_at,
+            E.c.first_claimed_at,
+            E.c.last_claimed_at,
+            E.c.last_failed_at,
+            E.c.processed_at,
+            E.c.failed_at,
+        )
+    )
+
+
 def _summary_columns(dialect: Dialect) -> list[ColumnElement[Any]]:
     """A session's ``SessionSummary`` fields, in order, as aggregates over its events."""
     return [
@@ -75,16 +90,7 @@ def _summary_columns(dialect: Dialect) -> list[ColumnElement[Any]]:
         func.sum(E.c.attempt_count),
         func.sum(E.c.failure_count),
         func.min(E.c.created_at),
-        func.max(
-            dialect.latest_timestamp(
-                E.c.created_at,
-                E.c.first_claimed_at,
-                E.c.last_claimed_at,
-                E.c.last_failed_at,
-                E.c.processed_at,
-                E.c.failed_at,
-            )
-        ),
+        latest_time(dialect),
         _count(_CLAIMED),
         func.sum(case((_DEAD & E.c.lane.is_not(None), _BLOCKED_BEHIND), else_=_ZERO)),
         func.min(case((_PENDING, E.c.created_at))),

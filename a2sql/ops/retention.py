@@ -12,7 +12,7 @@ from a2sql import execute
 from a2sql.dialects import Dialect
 from a2sql.execute import Transaction
 from a2sql.ops.events import SESSION
-from a2sql.ops.inspect import prefix_successor
+from a2sql.ops.inspect import latest_time, prefix_successor
 from a2sql.records import DeleteResult, PruneResult
 from a2sql.schema import events as E
 from a2sql.schema import snapshots as S
@@ -33,20 +33,10 @@ def delete_session(tx: Transaction, session_id: str) -> DeleteResult:
 
 def _settled_before(dialect: Dialect) -> Any:
     """Every event processed (a dead letter is not) and the latest time before the cut."""
-    latest = func.max(
-        dialect.latest_timestamp(
-            E.c.created_at,
-            E.c.first_claimed_at,
-            E.c.last_claimed_at,
-            E.c.last_failed_at,
-            E.c.processed_at,
-            E.c.failed_at,
-        )
-    )
     unprocessed = func.sum(
         case((E.c.processed_at.is_(None), literal_column("1")), else_=literal_column("0"))
     )
-    return (unprocessed == 0) & (latest < _CUT)
+    return (unprocessed == 0) & (latest_time(dialect) < _CUT)
 
 
 @cache
