@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,9 +24,10 @@ from a2sql.cli.common import URL_HELP, shown
 from a2sql.cli.output import Output
 from a2sql.cli.states import STATE_STYLES, event_state
 from a2sql.records import Event, NewEvent
-from a2sql.reducers import reduce
 from a2sql.store import Store
-from a2sql.worker import Attempt, Backoff, Worker
+
+if TYPE_CHECKING:  # the worker is imported when the demo runs, not with every command
+    from a2sql.worker import Attempt
 
 JOB = [
     NewEvent("order.placed", {"order": 1, "items": ["tea", "cake"]}, lane="order"),
@@ -37,7 +38,7 @@ JOB = [
 ]
 REDUCER = "order-summary"
 MAX_FAILURES = 2
-BACKOFF = Backoff(base_ms=400, factor=1.5, max_ms=1_000, jitter=0.0)
+BACKOFF_MS = 400  # the charge's retry waits this long: visible, and over quickly
 
 
 def handle(attempt: Attempt) -> list[NewEvent]:
@@ -84,6 +85,8 @@ def _watch(out: Output, store: Store, session_id: str, finished: threading.Event
 def run_demo(url: str | None) -> None:
     """The ``demo`` command's work."""
     from a2sql.create import create_store
+    from a2sql.reducers import reduce
+    from a2sql.worker import Backoff, Worker
 
     out = Output()
     # The worker logs each outcome; here the timeline tells the story instead.
@@ -102,7 +105,7 @@ def run_demo(url: str | None) -> None:
             prefix=session_id,
             holder="demo-worker",
             max_failures=MAX_FAILURES,
-            backoff=BACKOFF,
+            backoff=Backoff(base_ms=BACKOFF_MS, factor=1.0, jitter=0.0),
             poll_interval=0.2,
         )
         finished = threading.Event()
