@@ -576,6 +576,8 @@ def skip_event(ctx: Context, session_id: object, index: object, reason: object) 
     sid = validate.name(session_id, "session_id")
     at = validate.integer(index, "index", minimum=1)
     why = validate.text(reason, "reason", ctx.limits)
+    if not why.strip():
+        raise invalid("reason", "must say why the event is skipped (it is kept in last_error)")
     return Call(
         lambda c: repair_ops.skip_event(c, sid, index=at, reason=why, now=ctx.now()),
         lock_session=sid,

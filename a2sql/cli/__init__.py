@@ -19,14 +19,18 @@ from a2sql.errors import DRIVER_FAILURES, A2Error, from_driver_error
 
 @click.group(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    invoke_without_command=True,
 )
 @click.version_option(package_name="a2sql")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """a2sql: durable, multi-worker event sessions on SQLite and PostgreSQL.
 
     Every command takes --url (default: $A2SQL_DATABASE_URL, else the embedded
     sqlite:///.a2/dev.db); reading commands take --json for scripts.
     """
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
 
 
 for command in (

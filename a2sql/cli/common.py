@@ -6,11 +6,13 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from sqlalchemy import URL
 
-from a2sql.config import ENV_URL, resolve_url
+from a2sql.config import DEFAULT_URL, ENV_URL, is_sqlite_memory, resolve_url
 from a2sql.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -18,12 +20,24 @@ F = TypeVar("F", bound=Callable[..., Any])
 URL_HELP = f"Database URL (default: ${ENV_URL}, else sqlite:///.a2/dev.db)."
 
 
+# Exit statuses: 1 when the command ran and found nothing to act on (no such
+# session, not a dead letter, nothing deleted, behind on migrations);
+# 2 when it could not run (usage, the database, a refusal).
+NOTHING_DONE = 1
+CANNOT_RUN = 2
+
+
 class CommandFailed(Exception):
     """A command's one-line failure: printed to stderr as ``a2sql: …``, then exit ``code``."""
 
-    def __init__(self, message: str, code: int = 1) -> None:
+    def __init__(self, message: str, code: int = NOTHING_DONE) -> None:
         super().__init__(message)
         self.code = code
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 session``, ``2 sessions``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def url_option(function: F) -> F:
@@ -41,12 +55,33 @@ def shown(url: str | None) -> str:
     return resolve_url(url).render_as_string(hide_password=True)
 
 
+def existing(url: str | None, role: str = "database") -> URL:
+    """``url`` resolved, refusing a SQLite file that does not exist: a mistyped path must
+    not become a new, empty database. The default ``.a2/dev.db`` is made on first use."""
+    resolved = resolve_url(url)
+    database = resolved.database
+    if (
+        resolved.get_backend_name() == "sqlite"
+        and database
+        and not is_sqlite_memory(resolved)
+        and resolved != resolve_url(DEFAULT_URL)
+        and not Path(database).exists()
+    ):
+        shown_url = resolved.render_as_string(hide_password=True)
+        raise CommandFailed(
+            f"{role} {shown_url}: no such database file "
+            f"(`a2sql migrate --url {shown_url}` creates one)",
+            CANNOT_RUN,
+        )
+    return resolved
+
+
 @contextmanager
 def opened(url: str | None) -> Iterator[Store]:
     """The store at ``url`` (resolved like ``create_store``), closed afterwards."""
     from a2sql.create import create_store
 
-    with create_store(url) as store:
+    with create_store(existing(url)) as store:
         yield store
 
 

@@ -4,31 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
 
 import click
 from sqlalchemy import Engine
 
 from a2sql import migrate as migrations
 from a2sql import transfer
-from a2sql.cli.common import CommandFailed, json_option
+from a2sql.cli.common import CANNOT_RUN, CommandFailed, existing, json_option, plural
 from a2sql.cli.output import Output
-from a2sql.config import build_engine, is_sqlite_memory, resolve_url
+from a2sql.config import build_engine, resolve_url
 from a2sql.store import Store
 
 
 def _engine(url: str, role: str) -> tuple[Engine, str]:
-    resolved = resolve_url(url)
-    shown = resolved.render_as_string(hide_password=True)
-    database = resolved.database
-    if (
-        resolved.get_backend_name() == "sqlite"
-        and not is_sqlite_memory(resolved)
-        and database
-        and not Path(database).exists()
-    ):
-        raise CommandFailed(f"{role} {shown}: no such database file")
-    return build_engine(resolved), shown
+    resolved = existing(url, role)
+    return build_engine(resolved), resolved.render_as_string(hide_password=True)
 
 
 @contextmanager
@@ -37,6 +27,8 @@ def _stores(source_url: str, destination_url: str) -> Iterator[tuple[Store, Stor
     from a2sql.create import create_store
 
     head = migrations.head_revision()
+    if resolve_url(source_url) == resolve_url(destination_url):
+        raise CommandFailed("the source and the destination are the same database", CANNOT_RUN)
     with ExitStack() as stack:
         opened = []
         for url, role in ((source_url, "source"), (destination_url, "destination")):
@@ -46,7 +38,8 @@ def _stores(source_url: str, destination_url: str) -> Iterator[tuple[Store, Stor
             if found != head:
                 raise CommandFailed(
                     f"{role} {shown} is at schema revision {found or 'none'}, and copy needs "
-                    f"both databases at {head}: run `a2sql migrate --url {shown}` first"
+                    f"both databases at {head}: run `a2sql migrate --url {shown}` first",
+                    CANNOT_RUN,
                 )
             opened.append((stack.enter_context(create_store(engine, migrate=False)), shown))
         (source, source_shown), (destination, destination_shown) = opened
@@ -72,7 +65,8 @@ def copy(
     PostgreSQL): events with every processing column and snapshots, keeping
     ids, indexes and times; not presence.
 
-    Both databases must be at the same schema revision. Each session is copied
+    Both databases must exist at the same schema revision (`a2sql migrate
+    --url DST_URL` makes a new destination ready). Each session is copied
     in one transaction, so an interrupted copy can simply be run again: the
     sessions it finished are found as the source has them and passed over.
     """
@@ -85,8 +79,10 @@ def copy(
             names = ", ".join(repr(s) for s in plan.different[:5])
             more = f" and {len(plan.different) - 5} more" if len(plan.different) > 5 else ""
             raise CommandFailed(
-                f"{len(plan.different)} sessions exist at the destination and differ from the "
-                f"source ({names}{more}): nothing copied; pass --skip-existing to copy the others"
+                f"the destination has {plural(len(plan.different), 'session')} that "
+                f"{'differs' if len(plan.different) == 1 else 'differ'} from the source "
+                f"({names}{more}): nothing copied; pass --skip-existing to copy the others",
+                CANNOT_RUN,
             )
         with out.progress("copying sessions", len(plan.to_copy)) as advance:
             try:
@@ -94,12 +90,13 @@ def copy(
                     source, destination, plan.to_copy, on_session=lambda _sid, _done: advance()
                 )
             except transfer.CopyConflict as error:
-                raise CommandFailed(str(error)) from None
+                raise CommandFailed(str(error), CANNOT_RUN) from None
         wrong = transfer.mismatches(source, destination, plan.to_copy + plan.present)
     if wrong:
         raise CommandFailed(
-            f"after the copy, {len(wrong)} sessions have other counts at the destination "
-            f"(first: {wrong[0]!r}): were they written to during the copy? run it again"
+            f"after the copy, {plural(len(wrong), 'session')} have other counts at the "
+            f"destination (first: {wrong[0]!r}): written to during the copy? run it again",
+            CANNOT_RUN,
         )
     report = transfer.CopyReport(
         copied=sessions,
@@ -112,8 +109,9 @@ def copy(
         out.json({"source": src_shown, "destination": dst_shown, **_fields(report)})
         return
     out.line(
-        f"copied {sessions} sessions ({events} events, {snapshots} snapshots); "
-        f"{report.present} already there, {report.skipped} skipped; counts verified"
+        f"copied {plural(sessions, 'session')} ({plural(events, 'event')}, "
+        f"{plural(snapshots, 'snapshot')}); {report.present} already there, "
+        f"{report.skipped} skipped; counts verified"
     )
 
 

@@ -12,9 +12,13 @@ the demo ends with the commands that inspect what it did.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -76,7 +80,7 @@ def _watch(out: Output, store: Store, session_id: str, finished: threading.Event
             seen[event.index] = key
             lane = f" [{event.lane}]" if event.lane else ""
             text = f"{time.monotonic() - start:6.2f}s  #{event.index:<2} {event.type}{lane}"
-            out.line(f"{text:<46} {state:<13} {detail}", style=STATE_STYLES[state])
+            out.line(f"{text:<46} {state:<13} {detail}".rstrip(), style=STATE_STYLES[state])
         if last_round:
             return
         finished.wait(0.05)
@@ -123,14 +127,27 @@ def run_demo(url: str | None) -> None:
         out.line(f"state ({REDUCER}, snapshot at #{snapshot.index}): {state}")
         dead = store.inspect.list_dead_letters(prefix=session_id).events
         flag = "" if url is None else f" --url {where}"
+        a2sql = _command_name()
         out.line("")
         out.line("look into it:")
-        out.line(f"  a2sql session {session_id}{flag}")
-        out.line(f"  a2sql events {session_id}{flag}")
-        out.line(f"  a2sql dead-letters --prefix {session_id}{flag}")
+        out.line(f"  {a2sql} session {session_id}{flag}")
+        out.line(f"  {a2sql} events {session_id}{flag}")
+        out.line(f"  {a2sql} dead-letters --prefix {session_id}{flag}")
         for event in dead:
-            out.line(f"  a2sql retry {session_id} {event.index}{flag}")
-            out.line(f"  a2sql skip {session_id} {event.index} --reason 'no template'{flag}")
+            out.line(f"  {a2sql} retry {session_id} {event.index}{flag}")
+            out.line(f"  {a2sql} skip {session_id} {event.index} --reason 'no template'{flag}")
+
+
+def _command_name() -> str:
+    """How to run ``a2sql`` from here: by name when it is on PATH, else by its path (a
+    virtualenv's, not activated)."""
+    if shutil.which("a2sql"):
+        return "a2sql"
+    program = Path(sys.argv[0])
+    if program.name == "a2sql" and program.exists():
+        relative = os.path.relpath(program)
+        return relative if relative.startswith(".") else f"./{relative}"
+    return f"{sys.executable} -m a2sql.cli"
 
 
 @click.command()

@@ -90,17 +90,20 @@ def _summary_style(summary: SessionSummary) -> str | None:
 
 @click.command()
 @click.option("--prefix", default="", help="Only sessions whose id starts with this.")
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1), help="At most.")
+@click.option("--after", default=None, metavar="ID", help="Start after this session id.")
+@click.option(
+    "--limit", default=50, show_default=True, type=click.IntRange(1), help="Show at most this many."
+)
 @url_option
 @json_option
-def sessions(prefix: str, limit: int, url: str | None, as_json: bool) -> None:
+def sessions(prefix: str, after: str | None, limit: int, url: str | None, as_json: bool) -> None:
     """Sessions by id, with their counts."""
     out = Output(as_json=as_json)
     found: list[SessionSummary] = []
     more = False
     with opened(url) as store:
         out.database(shown(url))
-        cursor = None
+        cursor = after
         while len(found) < limit:
             page = store.inspect.list_sessions(
                 prefix=prefix, cursor=cursor, limit=min(1000, limit - len(found))
@@ -120,7 +123,7 @@ def sessions(prefix: str, limit: int, url: str | None, as_json: bool) -> None:
         empty="no sessions",
     )
     if more:
-        out.note(f"(more than {limit}: pass --limit to see more)")
+        out.note(f"(more after {found[-1].session_id}: pass --after {found[-1].session_id})")
 
 
 @click.command()
@@ -187,8 +190,20 @@ def _payload(event: StoredEvent) -> str:
 
 @click.command()
 @click.argument("session_id")
-@click.option("--after", default=0, show_default=True, type=click.IntRange(0), help="Index.")
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000))
+@click.option(
+    "--after",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Show the events after this index.",
+)
+@click.option(
+    "--limit",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="Show at most this many.",
+)
 @url_option
 @json_option
 def events(session_id: str, after: int, limit: int, url: str | None, as_json: bool) -> None:
@@ -248,6 +263,8 @@ def tail(session_id: str, start: int, url: str | None, as_json: bool) -> None:
     out = Output(as_json=as_json)
     with opened(url) as store:
         out.database(shown(url))
+        if store.inspect.session(session_id) is None:
+            out.note(f"no events in {session_id!r} yet: waiting for them (Ctrl-C stops)")
         stream = store.stream(session_id, start_after=start)
         try:
             for event in stream:
@@ -284,7 +301,13 @@ def _all_dead_letters(
 
 @click.command("dead-letters")
 @click.option("--prefix", default="", help="Only sessions whose id starts with this.")
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1), help="At most.")
+@click.option(
+    "--limit",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Show at most this many.",
+)
 @url_option
 @json_option
 def dead_letters(prefix: str, limit: int, url: str | None, as_json: bool) -> None:
@@ -331,4 +354,4 @@ def dead_letters(prefix: str, limit: int, url: str | None, as_json: bool) -> Non
             f"skip one: a2sql skip {first.session_id} {first.index} --reason TEXT"
         )
     if more:
-        out.note(f"(more than {limit}: pass --limit to see more)")
+        out.note(f"(more than {limit}: pass a larger --limit)")

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import click
 
-from a2sql.cli.common import Age, CommandFailed, json_option, opened, shown, url_option
+from a2sql.cli.common import Age, CommandFailed, json_option, opened, plural, shown, url_option
 from a2sql.cli.output import Output, iso
 from a2sql.records import PruneResult, RetryResult, SkipResult
 from a2sql.store import Store
@@ -76,18 +76,22 @@ def delete(session_id: str, yes: bool, url: str | None, as_json: bool) -> None:
             summary = store.inspect.session(session_id)
             if summary is None:
                 raise CommandFailed(f"no session {session_id!r}")
-            click.confirm(
-                f"delete {session_id!r}: {summary.event_count} events, "
-                f"{summary.pending_count} pending?",
-                abort=True,
+            asked = (
+                f"delete {session_id!r}: {plural(summary.event_count, 'event')}, "
+                f"{summary.pending_count} pending?"
             )
+            if not click.confirm(asked):
+                raise CommandFailed("not deleted")
         result = store.delete_session(session_id)
     if as_json:
         out.json({"url": shown(url), "session_id": session_id, **vars_of(result)})
-        return
     if result.events == 0 and result.snapshots == 0:
         raise CommandFailed(f"no session {session_id!r}: nothing deleted")
-    out.line(f"deleted {session_id}: {result.events} events, {result.snapshots} snapshots")
+    if not as_json:
+        out.line(
+            f"deleted {session_id}: {plural(result.events, 'event')}, "
+            f"{plural(result.snapshots, 'snapshot')}"
+        )
 
 
 @click.command()
@@ -132,8 +136,8 @@ def prune(
         return
     verb = "would delete" if dry_run else "deleted"
     out.line(
-        f"{verb} {done.sessions} sessions ({done.events} events, {done.snapshots} snapshots) "
-        f"settled before {iso(cut)}"
+        f"{verb} {plural(done.sessions, 'session')} ({plural(done.events, 'event')}, "
+        f"{plural(done.snapshots, 'snapshot')}) settled before {iso(cut)}"
     )
 
 

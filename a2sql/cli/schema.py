@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from a2sql import migrate as migrations
-from a2sql.cli.common import CommandFailed, json_option, url_option
+from a2sql.cli.common import CommandFailed, existing, json_option, url_option
 from a2sql.cli.output import Output
 from a2sql.config import build_engine, resolve_url
 
@@ -21,7 +21,8 @@ def migrate(url: str | None, revision: str, check: bool, as_json: bool) -> None:
     Runs a2sql's Alembic migrations (version table a2sql_alembic_version).
     """
     out = Output(as_json=as_json)
-    resolved = resolve_url(url)
+    # A check only reads: it must not leave a new, empty file behind.
+    resolved = existing(url) if check else resolve_url(url)
     shown = resolved.render_as_string(hide_password=True)
     engine = build_engine(resolved)
     try:

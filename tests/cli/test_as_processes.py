@@ -84,7 +84,8 @@ def test_demo_on_a_fresh_folder(tmp_path: Path) -> None:
     assert ran.code == 0, ran.err
     assert took < 10, f"the demo took {took:.1f} s"
     assert (tmp_path / ".a2" / "dev.db").exists()
-    assert "a2sql dead-letters --prefix demo-" in ran.out
+    # Run as `python -m a2sql.cli` here: the commands it prints say so, to be runnable.
+    assert f"{sys.executable} -m a2sql.cli dead-letters --prefix demo-" in ran.out
     assert run_a2sql("demo", cwd=tmp_path).code == 0
     with a2sql.create_store(f"sqlite:///{tmp_path / '.a2' / 'dev.db'}") as store:
         sessions = store.inspect.list_sessions(prefix="demo-").sessions

@@ -150,10 +150,8 @@ def test_copy_refuses_sessions_that_differ_at_the_destination(cli: Cli, tmp_path
             source.append(sid, [NewEvent("e", {"sid": sid})])
         dest.append("b", [NewEvent("other")])
         refused = cli("copy", source_url, destination_url)
-        assert refused.code == 1
-        assert "1 sessions exist at the destination and differ from the source ('b')" in (
-            refused.err
-        )
+        assert refused.code == 2
+        assert "the destination has 1 session that differs from the source ('b')" in refused.err
         assert dest.read("a") == []
         done = cli("copy", source_url, destination_url, "--skip-existing", "--json").json()
         assert (done["copied"], done["skipped"], done["present"]) == (2, 1, 0)
@@ -170,14 +168,17 @@ def test_copy_needs_both_databases_at_the_same_revision(cli: Cli, tmp_path: Path
     a2sql.create_store(source_url).close()
     (tmp_path / "b.db").touch()
     behind = cli("copy", source_url, destination_url)
-    assert behind.code == 1
+    assert behind.code == 2
     assert behind.err.strip().splitlines()[-1] == (
         f"a2sql: destination {destination_url} is at schema revision none, and copy needs both "
         f"databases at 0002_dispatch_age: run `a2sql migrate --url {destination_url}` first"
     )
     missing = cli("copy", f"sqlite:///{tmp_path / 'nothing.db'}", source_url)
-    assert missing.code == 1 and "no such database file" in missing.err
+    assert missing.code == 2 and "no such database file" in missing.err
     assert not (tmp_path / "nothing.db").exists()
+    same = cli("copy", source_url, source_url)
+    assert same.code == 2
+    assert same.err.strip() == "a2sql: the source and the destination are the same database"
 
 
 def test_copy_keeps_an_event_id_that_exists_in_another_session_out(
@@ -193,6 +194,6 @@ def test_copy_keeps_an_event_id_that_exists_in_another_session_out(
         source.append("x", [NewEvent("e", id="shared")])
         dest.append("y", [NewEvent("e", id="shared")])
         failed = cli("copy", source_url, postgres_url)
-        assert failed.code == 1
+        assert failed.code == 2
         assert "session 'x': one of its event ids already exists at the destination" in failed.err
         assert dest.read("x") == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from a2sql import Store
 from tests.cli.conftest import Cli
 
@@ -40,7 +42,9 @@ def test_sessions_by_prefix_plain_and_json(cli: Cli, populated: tuple[Store, str
         "updated",
     ]
     assert row.split("\t")[:6] == ["old", "1", "0", "0", "0", "0"]
-    assert "more than 1" in plain.err
+    assert "pass --after old" in plain.err
+    rest = cli("sessions", "--url", url, "--after", "old", "--json").json()
+    assert [s["session_id"] for s in rest["sessions"]] == ["order-1", "order-17"]
 
 
 def test_session_is_exact_and_a_missing_one_fails_in_one_line(
@@ -100,3 +104,26 @@ def test_dead_letters_say_what_they_block(cli: Cli, populated: tuple[Store, str]
     plain = cli("dead-letters", "--url", url)
     assert plain.lines()[1].split("\t") == ["order-1", "4", "report", "report", "1", "1", "boom"]
     assert "a2sql retry order-1 4" in plain.err
+
+
+def test_a_missing_sqlite_file_is_refused_not_created(cli: Cli, tmp_path: Path) -> None:
+    """A mistyped path is one line and exit 2, and leaves no new file (reading commands and
+    migrate --check alike); migrate itself creates it."""
+    url = f"sqlite:///{tmp_path / 'typo.db'}"
+    for args in (["status"], ["sessions"], ["events", "s"], ["migrate", "--check"]):
+        ran = cli(*args, "--url", url)
+        assert ran.code == 2, args
+        assert ran.err.strip() == (
+            f"a2sql: database {url}: no such database file "
+            f"(`a2sql migrate --url {url}` creates one)"
+        )
+    assert not (tmp_path / "typo.db").exists()
+    assert cli("migrate", "--url", url).code == 0
+    assert cli("status", "--url", url, "--json").json()["events"] == 0
+
+
+def test_a2sql_alone_prints_its_help(cli: Cli) -> None:
+    """Bare ``a2sql``: the help and exit 0, not a usage error."""
+    ran = cli()
+    assert ran.code == 0 and ran.out.startswith("Usage: a2sql")
+    assert "dead-letters" in ran.out and ran.err == ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from a2sql import Store
 from tests.cli.conftest import Cli
 
@@ -28,6 +30,8 @@ def test_skip_needs_a_reason_and_frees_the_lane(cli: Cli, populated: tuple[Store
     """skip ID INDEX --reason: the blocked event behind becomes claimable."""
     _, url = populated
     assert cli("skip", "order-1", "4", "--url", url).code == 2  # --reason is required
+    blank = cli("skip", "order-1", "4", "--reason", " ", "--url", url)
+    assert blank.code == 2 and "reason: must say why" in blank.err
     done = cli("skip", "order-1", "4", "--reason", "no template", "--url", url, "--json").json()
     assert done["outcome"] == "skipped"
     states = {
@@ -45,6 +49,8 @@ def test_delete_removes_one_session(cli: Cli, populated: tuple[Store, str]) -> N
     assert (done["events"], done["snapshots"]) == (7, 1)
     assert store.read("order-1") == [] and len(store.read("order-17")) == 1
     assert cli("delete", "order-1", "--url", url).code == 1
+    nothing = cli("delete", "order-1", "--url", url, "--json")
+    assert nothing.code == 1 and json.loads(nothing.out)["events"] == 0
 
 
 def test_prune_dry_run_then_prune(cli: Cli, populated: tuple[Store, str]) -> None:
@@ -56,7 +62,7 @@ def test_prune_dry_run_then_prune(cli: Cli, populated: tuple[Store, str]) -> Non
     assert len(store.read("old")) == 1
     assert cli("prune", "--older-than", "8d", "--url", url, "--json").json()["sessions"] == 0
     done = cli("prune", "--older-than", "3d", "--url", url)
-    assert done.code == 0 and done.out.startswith("deleted 1 sessions (1 events, 0 snapshots)")
+    assert done.code == 0 and done.out.startswith("deleted 1 session (1 event, 0 snapshots)")
     assert store.read("old") == []
     assert [s.session_id for s in store.inspect.list_sessions().sessions] == [
         "order-1",

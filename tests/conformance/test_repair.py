@@ -168,8 +168,9 @@ def test_repairs_of_a_missing_event_are_event_not_found(store: Store, operation:
         lambda s: s.retry_dead_letter("", index=1),
         lambda s: s.skip_event("s", index=1, reason=None),
         lambda s: s.skip_event("s", index=True, reason="r"),
+        lambda s: s.skip_event("s", index=1, reason=" "),
     ],
-    ids=["index-0", "empty-session", "reason-none", "index-bool"],
+    ids=["index-0", "empty-session", "reason-none", "index-bool", "reason-blank"],
 )
 def test_repairs_check_their_arguments(store: Store, call) -> None:  # type: ignore[no-untyped-def]
     """§4: bad arguments are INVALID_ARGUMENT, and nothing is written."""
