@@ -12,9 +12,9 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, inspect, text
+from sqlalchemy import Connection, Engine, column, create_engine, inspect, select, text
+from sqlalchemy import table as table_clause
 from sqlalchemy.pool import StaticPool
 
 from a2sql.begin import begin_own
@@ -22,11 +22,23 @@ from a2sql.errors import A2Error, ErrorCode
 from a2sql.schema import TABLE_NAMES
 
 VERSION_TABLE = "a2sql_alembic_version"
+# Every table a2sql's migrations create: what an application's autogenerate must skip.
+OWN_TABLES = frozenset((*TABLE_NAMES, VERSION_TABLE))
 BASELINE = "0001_baseline"
 # Key of the PostgreSQL advisory lock that serializes migrations
 # (the ASCII bytes of "a2sqlmig").
 MIGRATION_LOCK_KEY = 0x6132_7371_6C6D_6967
-UPGRADE_HINT = "run `a2sql migrate` (or `alembic upgrade head`)"
+APP_VERSION_TABLE = "alembic_version"  # an application's own Alembic history, by default
+
+
+def shown_url(connection: Connection) -> str:
+    """The database's URL as messages show it: password hidden."""
+    return connection.engine.url.render_as_string(hide_password=True)
+
+
+def upgrade_hint(connection: Connection) -> str:
+    """The exact command that brings this database to the newest revision."""
+    return f"run `a2sql migrate --url {shown_url(connection)}`"
 
 
 def script_location() -> Path:
@@ -34,8 +46,8 @@ def script_location() -> Path:
     return Path(str(resources.files("a2sql._migrations")))
 
 
-def alembic_config(connection: Connection | None = None) -> Config:
-    config = Config()
+def alembic_config(connection: Connection | None = None, output: Any = None) -> Config:
+    config = Config(output_buffer=output)
     config.set_main_option("script_location", str(script_location()))
     config.attributes["configure_logger"] = False
     if connection is not None:
@@ -56,9 +68,26 @@ def known_revisions() -> frozenset[str]:
     return frozenset(rev.revision for rev in script.walk_revisions())
 
 
+_VERSION = table_clause(VERSION_TABLE, column("version_num"))
+
+
 def current_revision(connection: Connection) -> str | None:
-    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-    return context.get_current_revision()
+    """The revision in a2sql's version table, ``None`` without one.
+
+    Read with one query rather than through Alembic's ``MigrationContext``,
+    which logs at INFO each time it is made: opening a store logs nothing
+    unless it migrates.
+    """
+    if not inspect(connection).has_table(VERSION_TABLE):
+        return None
+    found = [row[0] for row in connection.execute(select(_VERSION.c.version_num))]
+    if len(found) > 1:
+        raise A2Error(
+            ErrorCode.SCHEMA_MISMATCH,
+            f"{shown_url(connection)}: {VERSION_TABLE} holds {len(found)} revisions "
+            f"({', '.join(found)}); a2sql's history has one head",
+        )
+    return found[0] if found else None
 
 
 def lock_for_migration(connection: Connection) -> None:
@@ -75,15 +104,75 @@ def lock_for_migration(connection: Connection) -> None:
 
 @contextmanager
 def _transaction(connection: Connection, *, read_only: bool) -> Iterator[Connection]:
+    if connection.in_transaction():
+        # The caller's (an application's Alembic env.py): a2sql neither begins nor ends it.
+        yield connection
+        return
     with connection.begin():
         if read_only:
             begin_own(connection, read_only=True)
         yield connection
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Upgrade the schema to ``revision`` (default: the newest) in one locked transaction."""
-    move_to(engine, revision)
+@contextmanager
+def _keeping_alembic_proxies() -> Iterator[None]:
+    """Run an Alembic command without taking ``alembic.context`` and ``alembic.op`` from
+    the environment it may be called in.
+
+    Those two modules are proxies of whichever environment runs now; a
+    command installs its own and, when it ends, removes it, leaving an
+    application's ``env.py`` that called ``a2sql.migrate.upgrade`` without
+    its ``context``. Alembic has no public way to nest environments, so the
+    proxies in place are put back afterwards. Private: the modules'
+    ``_proxy`` global and ``_install_proxy``; pinned by
+    tests/test_alembic_embedding.py.
+    """
+    import alembic.context
+    import alembic.op
+
+    saved = [getattr(module, "_proxy", None) for module in (alembic.context, alembic.op)]
+    try:
+        yield
+    finally:
+        for proxy in saved:
+            if proxy is not None:
+                proxy._install_proxy()
+
+
+def upgrade(target: Engine | Connection, revision: str = "head") -> str | None:
+    """Bring a2sql's schema to ``revision`` (default: the newest); return where it ends.
+
+    Given an ``Engine``, in a transaction of its own. Given a ``Connection``,
+    on it, and inside the transaction it is in, if any: call it from your
+    application's Alembic ``env.py`` with the connection your migrations
+    run on, and a2sql's schema comes up in the same transaction where the
+    engine can do DDL in one (PostgreSQL). a2sql keeps its revision in its
+    own version table (``a2sql_alembic_version``), whatever yours is.
+    """
+    if isinstance(target, Connection):
+        return _move(target, revision)
+    return move_to(target, revision)
+
+
+def include_name(name: str | None, type_: str, parent_names: dict[str, Any]) -> bool:
+    """For your env.py's ``context.configure(include_name=...)``: autogenerate and
+    ``alembic check`` leave a2sql's tables (and their indexes) alone."""
+    if type_ == "table":
+        return name not in OWN_TABLES
+    if type_ in ("index", "unique_constraint", "foreign_key_constraint", "column"):
+        return parent_names.get("table_name") not in OWN_TABLES
+    return True
+
+
+def include_object(
+    object_: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """For your env.py's ``context.configure(include_object=...)``: the same as
+    ``include_name``, for objects (a2sql's tables in your metadata, if you import them)."""
+    if type_ == "table":
+        return name not in OWN_TABLES
+    table = getattr(object_, "table", None)
+    return getattr(table, "name", None) not in OWN_TABLES
 
 
 def database_revision(engine: Engine) -> str | None:
@@ -101,7 +190,7 @@ def move_to(engine: Engine, revision: str = "head") -> str | None:
 def _move(connection: Connection, revision: str) -> str | None:
     script = ScriptDirectory.from_config(alembic_config())
     target = script.get_revision(revision)
-    with _transaction(connection, read_only=False):
+    with _keeping_alembic_proxies(), _transaction(connection, read_only=False):
         lock_for_migration(connection)
         _adopt_seed_database(connection)
         found = current_revision(connection)
@@ -120,7 +209,38 @@ def _move(connection: Connection, revision: str) -> str | None:
 
 
 def stamp(connection: Connection, revision: str) -> None:
-    command.stamp(alembic_config(connection), revision)
+    """Record ``revision`` in a2sql's version table without running any migration."""
+    with _keeping_alembic_proxies():
+        command.stamp(alembic_config(connection), revision)
+
+
+def stamp_database(engine: Engine, revision: str) -> str | None:
+    """``stamp`` in a locked transaction of its own; the revision recorded before."""
+    if revision != "base" and revision not in known_revisions() and revision != "head":
+        raise A2Error(
+            ErrorCode.INVALID_ARGUMENT,
+            f"revision {revision!r}: a2sql knows {', '.join(sorted(known_revisions()))}",
+        )
+    with engine.connect() as connection, _transaction(connection, read_only=False):
+        lock_for_migration(connection)
+        before = current_revision(connection)
+        stamp(connection, revision)
+        return before
+
+
+def offline_sql(url: str, revision: str = "head") -> str:
+    """The SQL that ``upgrade`` would run to bring an empty database of ``url``'s engine to
+    ``revision`` (or run over a range ``FROM:TO``), for a DBA to review and apply."""
+    import io
+
+    from a2sql.config import resolve_url
+
+    buffer = io.StringIO()
+    config = alembic_config(output=buffer)
+    config.attributes["url"] = resolve_url(url)
+    with _keeping_alembic_proxies():
+        command.upgrade(config, revision, sql=True)
+    return buffer.getvalue()
 
 
 def ensure_schema(engine: Engine, *, upgrade_allowed: bool) -> None:
@@ -143,30 +263,40 @@ def ensure_schema_on(connection: Connection, *, upgrade_allowed: bool) -> None:
     if found is not None and found not in known_revisions():
         raise A2Error(
             ErrorCode.SCHEMA_MISMATCH,
-            f"the database is at revision {found!r}, which this version of a2sql does not know "
+            f"{shown_url(connection)} is at revision {found!r}, which this version of a2sql "
+            "does not know "
             f"(it needs {head!r}); upgrade a2sql, or move the database with "
             f"`a2sql migrate --revision {head}` using the a2sql that wrote it",
         )
     if not upgrade_allowed:
         # Checking only writes nothing: a seed store's file is adopted (stamped) by
         # the upgrade, which also brings it to the newest revision.
+        sqlite = connection.dialect.name == "sqlite"
         if found is not None:
             shown = repr(found)
-        elif seed_tables and connection.dialect.name == "sqlite":
-            with _transaction(connection, read_only=True):
-                _refuse_unlike_the_baseline(connection)
-            shown = "none (tables of the seed store, not yet adopted)"
-        else:
+        elif not seed_tables:
             shown = "none (no a2sql schema)"
+        else:
+            with _transaction(connection, read_only=True):
+                _refuse_recorded_elsewhere(connection)
+                if sqlite:
+                    _refuse_unlike_the_baseline(connection)
+            shown = (
+                "none (tables of the seed store, not yet adopted)"
+                if sqlite
+                else "none (a2sql's tables, without an a2sql revision)"
+            )
         raise A2Error(
             ErrorCode.SCHEMA_MISMATCH,
-            f"the database schema is at revision {shown}, a2sql needs {head!r}: {UPGRADE_HINT}",
+            f"{shown_url(connection)}: the schema is at revision {shown}, a2sql needs "
+            f"{head!r}: {upgrade_hint(connection)}",
         )
     found = _move(connection, "head")
     if found != head:
         raise A2Error(
             ErrorCode.SCHEMA_MISMATCH,
-            f"the database schema is at revision {found!r}, a2sql needs {head!r}: {UPGRADE_HINT}",
+            f"{shown_url(connection)}: the schema is at revision {found!r}, a2sql needs "
+            f"{head!r}: {upgrade_hint(connection)}",
         )
 
 
@@ -175,8 +305,35 @@ def _has_a2_tables(connection: Connection) -> bool:
     return bool(present & set(TABLE_NAMES))
 
 
+_APP_VERSION = table_clause(APP_VERSION_TABLE, column("version_num"))
+
+
+def _refuse_recorded_elsewhere(connection: Connection) -> None:
+    """SCHEMA_MISMATCH saying how to recover, when a2sql's tables carry no a2sql revision
+    because an application's Alembic ran a2sql's migrations as its own (a2sql's
+    versions in its ``version_locations``) and recorded them in its version table."""
+    if not inspect(connection).has_table(APP_VERSION_TABLE):
+        return
+    recorded = [row[0] for row in connection.execute(select(_APP_VERSION.c.version_num))]
+    ours = [revision for revision in recorded if revision in known_revisions()]
+    if not ours:
+        return
+    url = shown_url(connection)
+    raise A2Error(
+        ErrorCode.SCHEMA_MISMATCH,
+        f"{url}: a2sql's tables are at revision {ours[0]!r}, recorded in {APP_VERSION_TABLE} "
+        "(your application's Alembic history ran a2sql's migrations as its own: a2sql's "
+        f"versions are in its version_locations), while a2sql keeps its revision in "
+        f"{VERSION_TABLE}. To recover: take a2sql's versions out of version_locations, "
+        f"remove {ours[0]!r} from {APP_VERSION_TABLE} (`alembic stamp --purge <your head>`), "
+        f"then run `a2sql stamp {ours[0]} --url {url}`",
+    )
+
+
 def _adopt_seed_database(connection: Connection) -> None:
     """Stamp a SQLite file written by the seed's store as the baseline, if its tables match."""
+    if current_revision(connection) is None and _has_a2_tables(connection):
+        _refuse_recorded_elsewhere(connection)
     if connection.dialect.name != "sqlite":
         if current_revision(connection) is None and _has_a2_tables(connection):
             raise A2Error(

@@ -18,7 +18,11 @@ if config.config_file_name is not None and config.attributes.get("configure_logg
 
 
 def _url() -> str:
-    """`-x url=...`, else A2SQL_DATABASE_URL, else sqlalchemy.url from the ini."""
+    """a2sql's own (`a2sql migrate --sql`), else `-x url=...`, else A2SQL_DATABASE_URL,
+    else sqlalchemy.url from the ini."""
+    given = config.attributes.get("url")
+    if given is not None:
+        return str(given.render_as_string(hide_password=False))
     x_url = context.get_x_argument(as_dictionary=True).get("url")
     if x_url:
         return x_url

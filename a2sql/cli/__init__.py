@@ -12,7 +12,7 @@ from a2sql.cli.copying import copy
 from a2sql.cli.demo import demo
 from a2sql.cli.reading import dead_letters, events, session, sessions, status, tail
 from a2sql.cli.repairs import delete, prune, retry, skip
-from a2sql.cli.schema import migrate
+from a2sql.cli.schema import migrate, stamp
 from a2sql.cli.worker import worker
 from a2sql.errors import DRIVER_FAILURES, A2Error, from_driver_error
 
@@ -47,6 +47,7 @@ for command in (
     prune,
     copy,
     migrate,
+    stamp,
     worker,
 ):
     cli.add_command(command)

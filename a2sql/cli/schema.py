@@ -14,12 +14,25 @@ from a2sql.config import build_engine, resolve_url
 @url_option
 @click.option("--revision", default="head", show_default=True, help="Revision to move to.")
 @click.option("--check", is_flag=True, help="Only report; exit 1 if not at the newest revision.")
+@click.option(
+    "--sql",
+    "offline",
+    is_flag=True,
+    help="Print the SQL instead of running it (FROM:TO in --revision for a range).",
+)
 @json_option
-def migrate(url: str | None, revision: str, check: bool, as_json: bool) -> None:
+def migrate(url: str | None, revision: str, check: bool, offline: bool, as_json: bool) -> None:
     """Upgrade or downgrade the database schema.
 
     Runs a2sql's Alembic migrations (version table a2sql_alembic_version).
+    With --sql it connects to nothing: it prints the SQL that brings an empty
+    database of --url's engine to --revision, for review and to apply by hand
+    (psql -f, sqlite3).
     """
+    if offline:
+        target = resolve_url(url).render_as_string(hide_password=False)
+        click.echo(migrations.offline_sql(target, revision), nl=False)
+        return
     out = Output(as_json=as_json)
     # A check only reads: it must not leave a new, empty file behind.
     resolved = existing(url) if check else resolve_url(url)
@@ -52,3 +65,30 @@ def migrate(url: str | None, revision: str, check: bool, as_json: bool) -> None:
         out.line(f"{shown}: already at {after}")
     else:
         out.line(f"{shown}: {before or 'empty'} -> {after}")
+
+
+@click.command()
+@click.argument("revision")
+@url_option
+@json_option
+def stamp(revision: str, url: str | None, as_json: bool) -> None:
+    """Record a schema revision without migrating.
+
+    Writes REVISION (e.g. 0002_dispatch_age, head or base) into a2sql's version
+    table, a2sql_alembic_version, and runs nothing else. For a database whose
+    a2sql tables exist but whose revision was recorded elsewhere, such as an
+    application's own alembic_version.
+    """
+    out = Output(as_json=as_json)
+    resolved = existing(url)
+    shown = resolved.render_as_string(hide_password=True)
+    engine = build_engine(resolved)
+    try:
+        before = migrations.stamp_database(engine, revision)
+        after = migrations.database_revision(engine)
+    finally:
+        engine.dispose()
+    if as_json:
+        out.json({"url": shown, "before": before, "after": after})
+    else:
+        out.line(f"{shown}: stamped {after or 'base'} (was {before or 'none'}); nothing migrated")

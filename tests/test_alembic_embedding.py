@@ -1,0 +1,247 @@
+"""a2sql's migrations inside an application's own Alembic (issue 14): env.py calls
+``a2sql.migrate.upgrade(connection)``, autogenerate and ``alembic check`` leave a2sql's
+tables alone; the version_locations mistake is named and ``a2sql stamp`` recovers it;
+``a2sql migrate --sql`` applied by hand gives a database a2sql accepts."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, inspect, make_url, text
+from sqlalchemy.pool import NullPool
+
+import a2sql
+from a2sql import A2Error, ErrorCode, migrate
+
+ALEMBIC = str(Path(sys.executable).with_name("alembic"))
+
+ENV_PY = """
+import os
+
+from alembic import context
+from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine
+from sqlalchemy.pool import NullPool
+
+import a2sql.migrate
+
+metadata = MetaData()
+Table("orders", metadata, Column("id", Integer, primary_key=True), Column("status", String(20)))
+
+engine = create_engine(os.environ["DB_URL"], poolclass=NullPool)
+with engine.connect() as connection:
+    with connection.begin():
+        # a2sql's schema first, on the same connection and in the same transaction.
+        a2sql.migrate.upgrade(connection)
+        context.configure(
+            connection=connection,
+            target_metadata=metadata,
+            include_name=a2sql.migrate.include_name,
+        )
+        context.run_migrations()
+"""
+
+APP_REVISION = """
+from alembic import op
+import sqlalchemy as sa
+
+revision = "app_0001"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    op.create_table(
+        "orders", sa.Column("id", sa.Integer, primary_key=True), sa.Column("status", sa.String(20))
+    )
+
+
+def downgrade():
+    op.drop_table("orders")
+"""
+
+
+def _driver_url(url: str) -> str:
+    return a2sql.config.resolve_url(url).render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Path:
+    """An application folder with its own Alembic environment and one table."""
+    folder = tmp_path / "app"
+    (folder / "alembic" / "versions").mkdir(parents=True)
+    (folder / "alembic.ini").write_text("[alembic]\nscript_location = alembic\n")
+    (folder / "alembic" / "env.py").write_text(ENV_PY)
+    (folder / "alembic" / "script.py.mako").write_text("")
+    (folder / "alembic" / "versions" / "app_0001.py").write_text(APP_REVISION)
+    return folder
+
+
+def _alembic(app: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ALEMBIC, *args],
+        cwd=app,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DB_URL": _driver_url(url)},
+        timeout=120,
+        check=False,
+    )
+
+
+def _version(url: str, table: str) -> list[str]:
+    engine = create_engine(_driver_url(url), poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            if not inspect(connection).has_table(table):
+                return []
+            return [row[0] for row in connection.execute(text(f"select version_num from {table}"))]
+    finally:
+        engine.dispose()
+
+
+def test_the_apps_alembic_brings_a2sql_up_and_leaves_it_alone(app: Path, url: str) -> None:
+    """`alembic upgrade head` from empty: both version tables at their heads, the store
+    opens without migrating, `alembic check` is clean, the app's downgrade keeps a2sql."""
+    upgraded = _alembic(app, url, "upgrade", "head")
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert _version(url, "alembic_version") == ["app_0001"]
+    assert _version(url, migrate.VERSION_TABLE) == [migrate.head_revision()]
+    with a2sql.create_store(url, migrate=False) as store:
+        store.append("s", [a2sql.NewEvent("e", id="e1")])
+    checked = _alembic(app, url, "check")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "No new upgrade operations detected" in checked.stdout + checked.stderr
+    downgraded = _alembic(app, url, "downgrade", "base")
+    assert downgraded.returncode == 0, downgraded.stderr
+    assert _version(url, "alembic_version") == []
+    with a2sql.create_store(url, migrate=False) as store:
+        assert [e.id for e in store.read("s")] == ["e1"]
+
+
+def test_include_name_and_include_object_skip_a2sqls_tables_only() -> None:
+    """The autogenerate filters: False for a2sql's tables and their parts, True otherwise."""
+    assert not migrate.include_name("a2_events", "table", {})
+    assert not migrate.include_name("a2sql_alembic_version", "table", {})
+    assert not migrate.include_name("a2_events_event_id", "index", {"table_name": "a2_events"})
+    assert migrate.include_name("orders", "table", {})
+    assert migrate.include_name("orders_status", "index", {"table_name": "orders"})
+    events = a2sql.schema.events
+    assert not migrate.include_object(events, "a2_events", "table", False, None)
+    [index] = [i for i in events.indexes if i.name == "a2_events_event_id"]
+    assert not migrate.include_object(index, index.name, "index", False, None)
+
+
+def _as_if_the_app_had_run_a2sqls_versions(url: str) -> None:
+    """The state that a2sql's versions in the app's version_locations leave: a2sql's
+    tables, their revision in alembic_version, no a2sql_alembic_version."""
+    a2sql.create_store(url, migrate=True).close()
+    engine = create_engine(_driver_url(url), poolclass=NullPool)
+    with engine.begin() as connection:
+        connection.execute(text(f"drop table {migrate.VERSION_TABLE}"))
+        connection.execute(text("create table alembic_version (version_num varchar(32))"))
+        connection.execute(
+            text(f"insert into alembic_version values ('{migrate.head_revision()}')")
+        )
+    engine.dispose()
+
+
+def test_the_version_locations_mistake_is_named_and_stamp_recovers(url: str) -> None:
+    """create_store and `a2sql migrate` say what happened and how to recover; after the
+    app's row is removed, `a2sql stamp` makes the store open."""
+    _as_if_the_app_had_run_a2sqls_versions(url)
+    shown = make_url(_driver_url(url)).render_as_string(hide_password=True)
+    head = migrate.head_revision()
+    for opening in (False, True):
+        with pytest.raises(A2Error) as raised:
+            a2sql.create_store(url, migrate=opening)
+        assert raised.value.code is ErrorCode.SCHEMA_MISMATCH
+        message = str(raised.value)
+        assert "recorded in alembic_version" in message and "version_locations" in message
+        assert f"`a2sql stamp {head} --url {shown}`" in message
+    from a2sql.cli import main
+
+    assert main(["stamp", head, "--url", url]) == 0
+    with a2sql.create_store(url, migrate=False):
+        pass
+
+
+def test_migrate_sql_applied_by_hand_gives_a_database_a2sql_accepts(
+    url: str, tmp_path: Path
+) -> None:
+    """`a2sql migrate --sql` connects to nothing; its output, applied by psql -f (or
+    sqlite3), gives a database that create_store(migrate=False) opens."""
+    done = subprocess.run(
+        [sys.executable, "-m", "a2sql.cli", "migrate", "--sql", "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    script = done.stdout
+    assert "CREATE TABLE a2_events" in script and migrate.head_revision() in script
+    resolved = make_url(_driver_url(url))
+    if resolved.get_backend_name() == "sqlite":
+        assert not Path(str(resolved.database)).exists()
+        with sqlite3.connect(str(resolved.database)) as connection:
+            connection.executescript(script)
+    else:
+        sql_file = tmp_path / "a2sql.sql"
+        sql_file.write_text(script)
+        options = str(resolved.query.get("options", ""))
+        subprocess.run(
+            [
+                "psql",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-q",
+                "-h",
+                str(resolved.host),
+                "-p",
+                str(resolved.port or 5432),
+                "-U",
+                str(resolved.username),
+                "-d",
+                str(resolved.database),
+                "-f",
+                str(sql_file),
+            ],
+            env={**os.environ, "PGOPTIONS": options},
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+    with a2sql.create_store(url, migrate=False) as store:
+        store.append("s", [a2sql.NewEvent("e")])
+        assert len(store.read("s")) == 1
+
+
+def test_opening_a_store_logs_nothing_at_info(url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Only a migration logs at INFO: opening a database at the newest revision does not."""
+    a2sql.create_store(url, migrate=True).close()
+    with caplog.at_level(logging.INFO):
+        a2sql.create_store(url, migrate=True).close()
+        a2sql.create_store(url, migrate=False).close()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO] == []
+
+
+def test_schema_mismatch_names_the_database_and_the_exact_command(url: str) -> None:
+    """SCHEMA_MISMATCH: the URL (password hidden) and `a2sql migrate --url URL`."""
+    if make_url(url).get_backend_name() == "sqlite":
+        Path(str(make_url(url).database)).touch()
+    with pytest.raises(A2Error) as raised:
+        a2sql.create_store(url, migrate=False)
+    shown = make_url(_driver_url(url)).render_as_string(hide_password=True)
+    assert str(raised.value).endswith(f"run `a2sql migrate --url {shown}`")
+    assert str(raised.value).startswith(f"SCHEMA_MISMATCH: {shown}: ")
+
+
+ENV_PY = textwrap.dedent(ENV_PY)
+APP_REVISION = textwrap.dedent(APP_REVISION)
