@@ -1,9 +1,8 @@
 """On SQLite the DDL is the seed's (SPEC §5): a file of either store opens in the other.
 
 The baseline revision (0001) is exactly the seed's DDL; head adds a2sql's own
-index a2_events_dispatch_age (0002) and nothing else. The seed's ``SCHEMA``
-text is read from ``store-sqlite.ts`` at test time, so a change on either
-side shows up here.
+index a2_events_dispatch_age (0002) and nothing else. The seed's DDL is kept
+in ``tests/seed_schema.sql``, as that store creates its file.
 """
 
 from __future__ import annotations
@@ -25,10 +24,7 @@ from a2sql import A2Error, ErrorCode
 from a2sql import migrate as migrations
 
 REPO = Path(__file__).resolve().parents[1]
-SEED_CANDIDATES = (
-    Path("/work/shared/seed/store-sqlite.ts"),
-    REPO.parent / "shared" / "seed" / "store-sqlite.ts",
-)
+SEED_SCHEMA = Path(__file__).with_name("seed_schema.sql")
 VERSION_TABLE = "a2sql_alembic_version"
 ALEMBIC = Path(sys.executable).parent / "alembic"
 DISPATCH_AGE = "a2_events_dispatch_age"
@@ -36,18 +32,8 @@ DISPATCHABLE = "lane_ready = 1 and processed_at is null and failed_at is null"
 
 
 def seed_schema() -> str:
-    """The seed's ``SCHEMA`` template literal, or skip saying where it was looked for."""
-    for candidate in SEED_CANDIDATES:
-        if candidate.is_file():
-            source = candidate.read_text(encoding="utf-8")
-            match = re.search(r"const SCHEMA = `(.*?)`", source, re.DOTALL)
-            assert match, f"{candidate} has no `const SCHEMA = \\`...\\`` literal"
-            return match.group(1)
-    pytest.skip(
-        "the seed store-sqlite.ts is absent (looked in "
-        + ", ".join(str(candidate) for candidate in SEED_CANDIDATES)
-        + "); cannot compare the DDL with it"
-    )
+    """The seed store's DDL (its ``SCHEMA``), as kept in tests/seed_schema.sql."""
+    return SEED_SCHEMA.read_text(encoding="utf-8")
 
 
 def seed_database(path: Path, ddl: str | None = None) -> None:
