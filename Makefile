@@ -1,9 +1,9 @@
-# The two commands of the README: `make demo` and `make test`.
+# The two commands of the README: `make demo` and `make test`; `make docs` builds docs/.
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint clean
+.PHONY: demo test docs lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,10 +17,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	A2SQL_TEST_POSTGRES_URL="$$(tools/test-postgres.sh)" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
+docs: $(STAMP)
+	$(VENV)/bin/pip install --quiet -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) site build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
