@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,9 +11,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, column, create_engine, inspect, select, text
 from sqlalchemy import table as table_clause
 from sqlalchemy.pool import StaticPool
@@ -20,6 +18,18 @@ from sqlalchemy.pool import StaticPool
 from a2sql.begin import begin_own
 from a2sql.errors import A2Error, ErrorCode
 from a2sql.schema import TABLE_NAMES
+
+# Importing Alembic logs each of its plugins at INFO: an application that logs
+# at INFO would see those lines on every start just for importing a2sql.
+_ALEMBIC_PLUGINS_LOG = logging.getLogger("alembic.runtime.plugins")
+_level = _ALEMBIC_PLUGINS_LOG.level
+_ALEMBIC_PLUGINS_LOG.setLevel(logging.WARNING)
+try:
+    from alembic import command
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+finally:
+    _ALEMBIC_PLUGINS_LOG.setLevel(_level)
 
 VERSION_TABLE = "a2sql_alembic_version"
 # Every table a2sql's migrations create: what an application's autogenerate must skip.
@@ -38,7 +48,8 @@ def shown_url(connection: Connection) -> str:
 
 def upgrade_hint(connection: Connection) -> str:
     """The exact command that brings this database to the newest revision."""
-    return f"run `a2sql migrate --url {shown_url(connection)}`"
+    hidden = " (with your password for ***)" if connection.engine.url.password else ""
+    return f"run `a2sql migrate --url {shown_url(connection)}`{hidden}"
 
 
 def script_location() -> Path:
@@ -219,7 +230,8 @@ def stamp_database(engine: Engine, revision: str) -> str | None:
     if revision != "base" and revision not in known_revisions() and revision != "head":
         raise A2Error(
             ErrorCode.INVALID_ARGUMENT,
-            f"revision {revision!r}: a2sql knows {', '.join(sorted(known_revisions()))}",
+            f"revision {revision!r}: a2sql knows {', '.join(sorted(known_revisions()))}, "
+            "head and base",
         )
     with engine.connect() as connection, _transaction(connection, read_only=False):
         lock_for_migration(connection)
@@ -326,7 +338,8 @@ def _refuse_recorded_elsewhere(connection: Connection) -> None:
         f"versions are in its version_locations), while a2sql keeps its revision in "
         f"{VERSION_TABLE}. To recover: take a2sql's versions out of version_locations, "
         f"remove {ours[0]!r} from {APP_VERSION_TABLE} (`alembic stamp --purge <your head>`), "
-        f"then run `a2sql stamp {ours[0]} --url {url}`",
+        f"then run `a2sql stamp {ours[0]} --url {url}`; keep a2sql's schema coming up "
+        "from your env.py with `a2sql.migrate.upgrade(connection)`",
     )
 
 
@@ -336,10 +349,12 @@ def _adopt_seed_database(connection: Connection) -> None:
         _refuse_recorded_elsewhere(connection)
     if connection.dialect.name != "sqlite":
         if current_revision(connection) is None and _has_a2_tables(connection):
+            url = shown_url(connection)
             raise A2Error(
                 ErrorCode.SCHEMA_MISMATCH,
-                "a2sql tables exist but carry no a2sql revision "
-                f"(no {VERSION_TABLE} table); they were not created by a2sql's migrations",
+                f"{url}: a2sql's tables exist but carry no a2sql revision ({VERSION_TABLE} "
+                "is missing or empty). If a2sql's migrations made them, record the revision "
+                f"they are at with `a2sql stamp REVISION --url {url}`",
             )
         return
     if current_revision(connection) is not None or not _has_a2_tables(connection):

@@ -232,6 +232,40 @@ def test_opening_a_store_logs_nothing_at_info(url: str, caplog: pytest.LogCaptur
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO] == []
 
 
+def test_an_app_logging_at_info_sees_nothing_from_importing_a2sql_and_opening(
+    url: str,
+) -> None:
+    """Logging configured at INFO before ``import a2sql``: neither the import (Alembic logs
+    its plugins at INFO when imported) nor opening a migrated store prints a line."""
+    a2sql.create_store(url, migrate=True).close()
+    program = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "import a2sql\n"
+        f"a2sql.create_store({url!r}).close()\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert ran.stderr == ""
+
+
+def test_an_empty_version_table_says_how_to_record_the_revision(postgres_url: str) -> None:
+    """PostgreSQL, a2sql's tables with an empty version table (after `a2sql stamp base`):
+    migrating refuses, naming the database and `a2sql stamp REVISION --url URL`. (On
+    SQLite such tables are checked against the baseline and adopted, as a seed file is.)"""
+    url = postgres_url
+    a2sql.create_store(url, migrate=True).close()
+    from a2sql.cli import main
+
+    assert main(["stamp", "base", "--url", url]) == 0
+    with pytest.raises(A2Error) as raised:
+        a2sql.create_store(url, migrate=True)
+    shown = make_url(_driver_url(url)).render_as_string(hide_password=True)
+    assert f"{migrate.VERSION_TABLE} is missing or empty" in str(raised.value)
+    assert f"`a2sql stamp REVISION --url {shown}`" in str(raised.value)
+
+
 def test_schema_mismatch_names_the_database_and_the_exact_command(url: str) -> None:
     """SCHEMA_MISMATCH: the URL (password hidden) and `a2sql migrate --url URL`."""
     if make_url(url).get_backend_name() == "sqlite":

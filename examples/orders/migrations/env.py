@@ -7,6 +7,7 @@ a2sql keeps its revision in its own version table (a2sql_alembic_version);
 """
 
 import os
+from logging.config import fileConfig
 
 from alembic import context
 from models import metadata
@@ -14,6 +15,9 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 import a2sql.migrate
+
+if context.config.config_file_name is not None:
+    fileConfig(context.config.config_file_name)
 
 URL = os.environ.get("ORDERS_DATABASE_URL", "sqlite:///orders.db")
 
