@@ -1,4 +1,5 @@
-"""What both workers decide alike: retry delays, failure texts, returned ids, holders."""
+"""What both workers decide alike: retry delays, failure texts, returned ids, holders,
+how long to wait idle, what an unknown commit turned out to be, which claims to hand back."""
 
 from __future__ import annotations
 
@@ -9,15 +10,16 @@ import secrets
 import socket
 import traceback
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from datetime import datetime
+from typing import Literal, Protocol, TypeAlias
 
 from sqlalchemy.exc import DBAPIError
 
 from a2sql import validate
 from a2sql.errors import A2Error, ErrorCode, invalid
-from a2sql.records import NewEvent, StoredEvent
+from a2sql.records import ClaimRef, NewEvent, StoredEvent
 
 log = logging.getLogger("a2sql.worker")
 
@@ -129,6 +131,63 @@ class Pacing:
 
     def reset(self) -> None:
         self._next = TRANSIENT_FIRST_S
+
+
+class Held(Protocol):
+    """An attempt a worker holds (``Attempt`` or ``AsyncAttempt``)."""
+
+    event: StoredEvent
+    number: int
+
+
+def idle_wait(poll_interval: float, retry_at: datetime | None, now: datetime) -> float:
+    """How long an idle worker waits: the poll interval, or less when a claim or a retry
+    delay ends sooner (never under ``MIN_IDLE_WAIT_S``)."""
+    if retry_at is None:
+        return poll_interval
+    return min(poll_interval, max(MIN_IDLE_WAIT_S, (retry_at - now).total_seconds()))
+
+
+def retry_delay_ms(backoff: Backoff, event: StoredEvent, max_failures: int) -> int | None:
+    """The delay to ask ``fail_attempt`` for: none when this failure dead-letters."""
+    failures = event.failure_count + 1
+    return backoff.delay_ms(failures) if failures < max_failures else None
+
+
+def log_dead_letter(event: StoredEvent, failures: int, text: str) -> None:
+    log.warning(
+        "session=%s index=%d dead-lettered after %d failures: %s",
+        event.session_id,
+        event.index,
+        failures,
+        text,
+    )
+
+
+def settled(now: StoredEvent, attempt: int, holder: str) -> Outcome | None:
+    """After a completion whose commit's outcome is unknown, the event as read now says:
+    ``completed`` (it committed), ``superseded`` (it cannot have, and cannot now), or
+    ``None`` (it did not commit and the attempt still holds the event: try again)."""
+    if now.processed_by_attempt == attempt:
+        return "completed"
+    if (
+        now.processed_at is not None
+        or now.attempt_count != attempt
+        or now.claim_holder != holder
+        or now.failed_at is not None
+    ):
+        return "superseded"
+    return None
+
+
+def claims_by_session(attempts: Iterable[Held]) -> dict[str, list[ClaimRef]]:
+    """Attempts as ``ClaimRef``s, grouped by session: one release call per session."""
+    grouped: dict[str, list[ClaimRef]] = {}
+    for attempt in attempts:
+        grouped.setdefault(attempt.event.session_id, []).append(
+            ClaimRef(attempt.event.index, attempt.number)
+        )
+    return grouped
 
 
 def log_outcome(

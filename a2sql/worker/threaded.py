@@ -18,17 +18,21 @@ from a2sql.errors import A2Error
 from a2sql.records import ClaimRef, NewEvent, StateRead, StoredEvent
 from a2sql.store import Store
 from a2sql.worker.policy import (
-    MIN_IDLE_WAIT_S,
     Backoff,
     Outcome,
     Pacing,
     SessionOutcome,
+    claims_by_session,
     failure_text,
+    idle_wait,
     is_transient,
     log,
+    log_dead_letter,
     log_outcome,
+    retry_delay_ms,
     returned_events,
     settings,
+    settled,
 )
 
 
@@ -192,10 +196,7 @@ class Worker:
                     continue
                 if until_idle and dispatch.retry_at is None:
                     return
-                wait = s.poll_interval
-                if dispatch.retry_at is not None:
-                    until = (dispatch.retry_at - self.store.clock.now()).total_seconds()
-                    wait = min(wait, max(MIN_IDLE_WAIT_S, until))
+                wait = idle_wait(s.poll_interval, dispatch.retry_at, self.store.clock.now())
                 self._wake.wait(wait)
 
     def stop(self) -> None:
@@ -308,22 +309,12 @@ class Worker:
                     raise
                 self._pause(pacing.next(), error)
                 continue
-            if now.processed_by_attempt == attempt.number:
-                return "completed"
-            if (
-                now.processed_at is not None
-                or now.attempt_count != attempt.number
-                or now.claim_holder != self.holder
-                or now.failed_at is not None
-            ):
-                return "superseded"
-            return None
+            return settled(now, attempt.number, self.holder)
 
     def _fail(self, attempt: Attempt, error: Exception) -> Outcome:
         event = attempt.event
         s = self.settings
-        failures = event.failure_count + 1
-        delay = self.backoff.delay_ms(failures) if failures < s.max_failures else None
+        delay = retry_delay_ms(self.backoff, event, s.max_failures)
         text = failure_text(error)
         pacing = Pacing()
         while True:
@@ -342,13 +333,7 @@ class Worker:
                 self._pause(pacing.next(), failure)
                 continue
             if result.outcome == "dead_lettered":
-                log.warning(
-                    "session=%s index=%d dead-lettered after %d failures: %s",
-                    event.session_id,
-                    event.index,
-                    result.failure_count,
-                    text,
-                )
+                log_dead_letter(event, result.failure_count, text)
             return result.outcome
 
     # --- claims held ----------------------------------------------------------------
@@ -359,12 +344,7 @@ class Worker:
             for attempt in attempts:
                 self._held.pop((attempt.session_id, attempt.event.index), None)
                 attempt._lost.set()
-        by_session: dict[str, list[ClaimRef]] = {}
-        for attempt in attempts:
-            by_session.setdefault(attempt.session_id, []).append(
-                ClaimRef(attempt.event.index, attempt.number)
-            )
-        for session_id, claims in by_session.items():
+        for session_id, claims in claims_by_session(attempts).items():
             try:
                 result = self.store.release_claims(session_id, holder=self.holder, claims=claims)
             except A2Error as error:
