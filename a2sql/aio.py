@@ -44,7 +44,7 @@ from a2sql.records import (
     StoreTotals,
 )
 from a2sql.stream import AsyncEventStream
-from a2sql.wakeups import ALL_SESSIONS, LOCAL, PostgresListener, database_key
+from a2sql.wakeups import StoreWakeups
 
 T = TypeVar("T")
 
@@ -246,8 +246,7 @@ class AsyncStore(AsyncOperations):
             asyncio.Lock() if serialize else nullcontext()
         )
         self._closed = False
-        self._database = database_key(engine.sync_engine)
-        self._listener: PostgresListener | None = None
+        self._wakeups = StoreWakeups(engine.sync_engine)
         self.presence = AsyncPresence(self)
         self.inspect = AsyncInspector(self)
 
@@ -287,7 +286,7 @@ class AsyncStore(AsyncOperations):
         async with self._connection() as connection, connection.begin():
             result = await connection.run_sync(run_own_transaction, self._ctx, call)
         if call.lock_session is not None and call.wakes(result):
-            LOCAL.wake(self._database, call.lock_session)
+            self._wakeups.wake(call.lock_session)
         return result
 
     # --- the caller's transaction ------------------------------------------------
@@ -331,10 +330,10 @@ class AsyncStore(AsyncOperations):
         Wakes as ``Store.stream`` does; ``aclose()`` or cancelling the task ends it.
         """
         sid, start, interval = calls.stream_start(self._ctx, session_id, start_after, poll_interval)
-        self._listen()
+        self._wakeups.listen()
         return AsyncEventStream(
             lambda after, limit: self._run(calls.stream_page(sid, after, limit)),
-            lambda callback: LOCAL.subscribe(self._database, sid, callback),
+            lambda callback: self._wakeups.subscribe(sid, callback),
             start_after=start,
             poll_interval=interval,
         )
@@ -347,20 +346,12 @@ class AsyncStore(AsyncOperations):
         also from other processes' (LISTEN/NOTIFY). Returns the unsubscribe.
         Idle workers wait on it.
         """
-        self._listen()
-        return LOCAL.subscribe(self._database, ALL_SESSIONS, callback)
+        return self._wakeups.watch(callback)
 
     @property
     def clock(self) -> Clock:
         """The clock every stored time comes from."""
         return self._ctx.clock
-
-    def _listen(self) -> None:
-        listener = self._listener
-        # A forked child listens on a connection of its own.
-        if (listener is None or listener.inherited) and self._engine.dialect.name == "postgresql":
-            self._listener = PostgresListener(self._engine.sync_engine, self._database)
-            self._listener.start()
 
     # --- lifetime ---------------------------------------------------------------
 
@@ -369,8 +360,7 @@ class AsyncStore(AsyncOperations):
         if self._closed:
             return
         self._closed = True
-        if self._listener is not None:
-            await asyncio.to_thread(self._listener.stop)
+        await asyncio.to_thread(self._wakeups.stop)
         if self._owns_engine:
             await self._engine.dispose()
 

@@ -44,7 +44,7 @@ from a2sql.records import (
     StoreTotals,
 )
 from a2sql.stream import EventStream
-from a2sql.wakeups import ALL_SESSIONS, LOCAL, PostgresListener, database_key
+from a2sql.wakeups import StoreWakeups
 
 T = TypeVar("T")
 
@@ -241,8 +241,7 @@ class Store(Operations):
         # A memory database is a single connection: one transaction at a time.
         self._serial = threading.RLock() if serialize else None
         self._closed = False
-        self._database = database_key(engine)
-        self._listener: PostgresListener | None = None
+        self._wakeups = StoreWakeups(engine)
         self._pooled = PooledTransactions(engine)
         self.presence = Presence(self)
         self.inspect = Inspector(self)
@@ -270,7 +269,7 @@ class Store(Operations):
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
         if call.lock_session is not None and call.wakes(result):
-            LOCAL.wake(self._database, call.lock_session)
+            self._wakeups.wake(call.lock_session)
         return result
 
     # --- the caller's transaction ------------------------------------------------
@@ -323,10 +322,10 @@ class Store(Operations):
         polls every ``poll_interval`` seconds (default: per engine).
         """
         sid, start, interval = calls.stream_start(self._ctx, session_id, start_after, poll_interval)
-        self._listen()
+        self._wakeups.listen()
         return EventStream(
             lambda after, limit: self._run(calls.stream_page(sid, after, limit)),
-            lambda callback: LOCAL.subscribe(self._database, sid, callback),
+            lambda callback: self._wakeups.subscribe(sid, callback),
             start_after=start,
             poll_interval=interval,
         )
@@ -339,20 +338,12 @@ class Store(Operations):
         also from other processes' (LISTEN/NOTIFY). Returns the unsubscribe.
         Idle workers wait on it.
         """
-        self._listen()
-        return LOCAL.subscribe(self._database, ALL_SESSIONS, callback)
+        return self._wakeups.watch(callback)
 
     @property
     def clock(self) -> Clock:
         """The clock every stored time comes from."""
         return self._ctx.clock
-
-    def _listen(self) -> None:
-        listener = self._listener
-        # A forked child listens on a connection of its own.
-        if (listener is None or listener.inherited) and self._engine.dialect.name == "postgresql":
-            self._listener = PostgresListener(self._engine, self._database)
-            self._listener.start()
 
     # --- lifetime ---------------------------------------------------------------
 
@@ -361,8 +352,7 @@ class Store(Operations):
         if self._closed:
             return
         self._closed = True
-        if self._listener is not None:
-            self._listener.stop()
+        self._wakeups.stop()
         self._pooled.close()
         if self._owns_engine:
             self._engine.dispose()

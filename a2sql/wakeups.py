@@ -152,3 +152,38 @@ class PostgresListener:
                 self.listening.clear()
                 log.warning("a2sql listener lost its connection (%s); reconnecting", error)
                 self._stop.wait(RECONNECT_PAUSE_S)
+
+
+class StoreWakeups:
+    """One store's wake-ups: ``LOCAL`` for its database and, on PostgreSQL, a LISTEN
+    connection of its own, started by the first stream or watcher. ``Store`` and
+    ``AsyncStore`` each hold one."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self.database = database_key(engine)
+        self._listener: PostgresListener | None = None
+
+    def wake(self, session_id: str) -> None:
+        """This process's subscribers of ``session_id`` (and watchers) may read again."""
+        LOCAL.wake(self.database, session_id)
+
+    def listen(self) -> None:
+        """Make sure other processes' commits reach this process too (PostgreSQL)."""
+        listener = self._listener
+        # A forked child listens on a connection of its own.
+        if (listener is None or listener.inherited) and self._engine.dialect.name == "postgresql":
+            self._listener = PostgresListener(self._engine, self.database)
+            self._listener.start()
+
+    def subscribe(self, session_id: str, callback: Callable[[], None]) -> Callable[[], None]:
+        return LOCAL.subscribe(self.database, session_id, callback)
+
+    def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """``callback`` on any session's new work, here or (PostgreSQL) anywhere."""
+        self.listen()
+        return LOCAL.subscribe(self.database, ALL_SESSIONS, callback)
+
+    def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.stop()
