@@ -591,8 +591,12 @@ def delete_session(session_id: object) -> Call[DeleteResult]:
     return Call(lambda c: retention_ops.delete_session(c, sid), lock_session=sid)
 
 
+def _cut(settled_before: object) -> datetime:
+    return truncate_ms(validate.aware_datetime(settled_before, "settled_before"))
+
+
 def prunable(ctx: Context, settled_before: object, prefix: object) -> Call[PruneResult]:
-    cut = truncate_ms(validate.aware_datetime(settled_before, "settled_before"))
+    cut = _cut(settled_before)
     under = _prefix(prefix)
     return Call(
         lambda c: retention_ops.prunable_totals(c, ctx.dialect, settled_before=cut, prefix=under),
@@ -608,7 +612,7 @@ class PruneCalls(NamedTuple):
 
 
 def prune(ctx: Context, settled_before: object, prefix: object, limit: object) -> PruneCalls:
-    cut = truncate_ms(validate.aware_datetime(settled_before, "settled_before"))
+    cut = _cut(settled_before)
     under = _prefix(prefix)
     count = validate.limit(limit)
 

@@ -129,6 +129,13 @@ def prefix_successor(prefix: str) -> str | None:
     return None
 
 
+def prefix_range(prefix: str) -> dict[str, str]:
+    """The bound parameters of a prefix as a key range: ``lower`` always, ``upper`` when
+    the prefix has a successor (statements built with ``bounded`` take it)."""
+    upper = prefix_successor(prefix) if prefix else None
+    return {"lower": prefix} if upper is None else {"lower": prefix, "upper": upper}
+
+
 @cache
 def _summaries(dialect: Dialect, strict_lower: bool, bounded: bool) -> Select[Any]:
     key = E.c.session_id
@@ -247,13 +254,10 @@ def list_dead_letters(
     tx: Transaction, *, prefix: str, cursor: tuple[str, int] | None, limit: int
 ) -> DeadLetterPage:
     """Dead-lettered events of the sessions under ``prefix``, by session id then index."""
-    upper = prefix_successor(prefix) if prefix else None
-    params: dict[str, object] = {"lower": prefix, "limit": limit + 1}
+    params: dict[str, object] = {**prefix_range(prefix), "limit": limit + 1}
     if cursor is not None:
         params["cursor_sid"], params["cursor_idx"] = cursor
-    if upper is not None:
-        params["upper"] = upper
-    rows = execute.rows(tx, _dead_letters(cursor is not None, upper is not None), params)
+    rows = execute.rows(tx, _dead_letters(cursor is not None, "upper" in params), params)
     events = [stored_event(row[:-1]) for row in rows[:limit]]
     more = len(rows) > limit
     last = events[-1] if more else None

@@ -12,7 +12,7 @@ from a2sql import execute
 from a2sql.dialects import Dialect
 from a2sql.execute import Transaction
 from a2sql.ops.events import SESSION
-from a2sql.ops.inspect import latest_time, prefix_successor
+from a2sql.ops.inspect import latest_time, prefix_range
 from a2sql.records import DeleteResult, PruneResult
 from a2sql.schema import events as E
 from a2sql.schema import snapshots as S
@@ -77,23 +77,17 @@ def prunable(
     tx: Transaction, dialect: Dialect, *, settled_before: datetime, prefix: str, limit: int
 ) -> list[str]:
     """Up to ``limit`` sessions under ``prefix`` that ``prune`` may delete, by id."""
-    upper = prefix_successor(prefix) if prefix else None
-    params: dict[str, object] = {"lower": prefix, "cut": settled_before, "limit": limit}
-    if upper is not None:
-        params["upper"] = upper
-    return [row[0] for row in execute.rows(tx, _candidates(dialect, upper is not None), params)]
+    params = {**prefix_range(prefix), "cut": settled_before, "limit": limit}
+    return [row[0] for row in execute.rows(tx, _candidates(dialect, "upper" in params), params)]
 
 
 def prunable_totals(
     tx: Transaction, dialect: Dialect, *, settled_before: datetime, prefix: str
 ) -> PruneResult:
     """What ``prune`` would delete now, over every call until it returns 0 sessions."""
-    upper = prefix_successor(prefix) if prefix else None
-    params: dict[str, object] = {"lower": prefix, "cut": settled_before}
-    if upper is not None:
-        params["upper"] = upper
+    params = {**prefix_range(prefix), "cut": settled_before}
     [(sessions, events, snapshots)] = execute.rows(
-        tx, _prunable_totals(dialect, upper is not None), params
+        tx, _prunable_totals(dialect, "upper" in params), params
     )
     return PruneResult(sessions=int(sessions), events=int(events), snapshots=int(snapshots))
 
