@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
@@ -227,6 +228,12 @@ def insert_events(
                 None,  # claim_expires_at
             )
         )
+    if len(rows) > 1:
+        # By id, each row keeping its index: two sessions inserting batches
+        # that share ids then wait on the first shared one, and the loser
+        # fails on the unique index (PARTIAL_DUPLICATE_BATCH) instead of the
+        # two waiting on each other from both ends (a PostgreSQL deadlock).
+        rows.sort(key=itemgetter("event_id"))
     execute.run_many(tx, INSERT_EVENTS, rows)
     return stored
 
