@@ -73,6 +73,8 @@ class Context:
     clock: Clock
     ids: Callable[[], str]
     limits: validate.Limits
+    # How long a2sql's own transactions wait for a lock (SQLite: the busy timeout).
+    lock_timeout_ms: int
 
     def now(self) -> datetime:
         """The clock, read inside the transaction (after the session's lock), to the ms."""
@@ -111,22 +113,26 @@ def _has_events(result: AppendResult | CompleteResult) -> bool:
 
 
 def run_in_transaction(connection: Transaction, ctx: Context, call: Call[T]) -> T:
-    """The body of every transaction, sync or async: lock the session, then run."""
+    """The body of every transaction of a2sql's own, sync or async: lock the session, then
+    run."""
     if call.lock_session is not None:
         ctx.dialect.lock_session(
-            connection, call.lock_session, announce=call.added_events is not None
+            connection,
+            call.lock_session,
+            announce=call.added_events is not None,
+            lock_timeout_ms=ctx.lock_timeout_ms,
         )
     return call.run(connection)
 
 
 def run_own_transaction(connection: Connection, ctx: Context, call: Call[T]) -> T:
     """``run_in_transaction`` in a transaction a2sql began itself with ``connection.begin()``."""
-    begin_own(connection, read_only=call.read_only)
+    begin_own(connection, read_only=call.read_only, busy_timeout_ms=ctx.lock_timeout_ms)
     return run_in_transaction(connection, ctx, call)
 
 
 def run_in_savepoint(connection: Connection, ctx: Context, call: Call[T]) -> T:
-    """``run_in_transaction`` in a savepoint of the caller's transaction on ``connection``.
+    """The call in a savepoint of the caller's transaction on ``connection``.
 
     The caller's transaction is neither committed nor rolled back; an error
     rolls back to the savepoint, so the caller's transaction stays usable.
@@ -144,9 +150,20 @@ def run_in_savepoint(connection: Connection, ctx: Context, call: Call[T]) -> T:
             f"{ctx.dialect.name}",
         )
     if ctx.dialect.name == "sqlite" and not call.read_only:
-        hold_write_lock(connection)
+        hold_write_lock(connection, busy_timeout_ms=ctx.lock_timeout_ms)
     with connection.begin_nested():
-        return run_in_transaction(connection, ctx, call)
+        if call.lock_session is not None:
+            # The caller's own lock timeout applies; the lock statement
+            # checks the transaction's isolation level.
+            ctx.dialect.lock_session(
+                connection,
+                call.lock_session,
+                announce=call.added_events is not None,
+                lock_timeout_ms=None,
+            )
+        elif not call.read_only:
+            ctx.dialect.check_isolation(connection)
+        return call.run(connection)
 
 
 def _valid_cause(cause: object, where: str) -> EventCause:
@@ -660,13 +677,7 @@ def stream_start(
     start = validate.integer(start_after, "start_after", minimum=0)
     if poll_interval is None:
         return sid, start, ctx.dialect.stream_poll_interval
-    if (
-        isinstance(poll_interval, bool)
-        or not isinstance(poll_interval, int | float)
-        or not poll_interval > 0
-    ):
-        raise invalid("poll_interval", "must be a positive number of seconds")
-    return sid, start, float(poll_interval)
+    return sid, start, validate.seconds(poll_interval, "poll_interval")
 
 
 def pruned(results: Sequence[DeleteResult | None]) -> PruneResult:

@@ -20,12 +20,20 @@ MAX_NAME_LENGTH = 255
 MAX_JSON_DEPTH = 256
 DEFAULT_MAX_JSON_CHARS = 1024 * 1024
 MAX_LIMIT = 1000
-# Python refuses to print integers past 4300 digits; stay well inside.
+# Python refuses to print integers past 4300 digits by default; stay well
+# inside. (The limit can be lowered: jsontext reads and writes such integers
+# without it.)
 MAX_JSON_INT_BITS = 13_000
+# Below this many bits an int prints in fewer digits than the smallest limit
+# Python can be set to (640 digits), so a message can show it whole.
+_PRINTABLE_INT_BITS = 2_000
 INT64_MAX = 2**63 - 1
 MAX_TTL_MS = 100 * 365 * 24 * 3600 * 1000
 # exclude_indexes must fit one statement's bound parameters on every engine.
 MAX_EXCLUDED = 10_000
+# The longest wait a2sql accepts between polls: a day (threading and asyncio
+# refuse timeouts past a few hundred years; nobody means one that long).
+MAX_WAIT_S = 24 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +80,34 @@ def text(value: object, argument: str, limits: Limits) -> str:
     return value
 
 
+def shown_int(value: int) -> str:
+    """``value`` as a message shows it: whole, or its size when it has too many digits
+    to print (Python refuses past ``sys.get_int_max_str_digits()``, 4300 by default)."""
+    bits = value.bit_length()
+    if bits <= _PRINTABLE_INT_BITS:
+        return str(int(value))
+    kind = "a negative int" if value < 0 else "an int"
+    return f"{kind} of about {int(bits * math.log10(2)) + 1} digits"
+
+
 def integer(value: object, argument: str, *, minimum: int, maximum: int = INT64_MAX) -> int:
     """An ``int`` (never a ``bool``) within ``minimum..maximum``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise invalid(argument, f"must be an int, got {type(value).__name__}")
     if value < minimum or value > maximum:
-        raise invalid(argument, f"must be between {minimum} and {maximum}, got {value}")
+        raise invalid(argument, f"must be between {minimum} and {maximum}, got {shown_int(value)}")
     return value
+
+
+def seconds(value: object, argument: str, *, maximum: float = MAX_WAIT_S) -> float:
+    """A positive, finite number of seconds (an ``int`` or ``float``) up to ``maximum``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise invalid(argument, f"must be a number of seconds, got {type(value).__name__}")
+    # Compared as given: float() of an int past 1e308 would raise OverflowError.
+    if not value > 0 or not value <= maximum:
+        shown = shown_int(value) if isinstance(value, int) else repr(float(value))
+        raise invalid(argument, f"must be more than 0 and at most {maximum:g} seconds, got {shown}")
+    return float(value)
 
 
 def limit(value: object, argument: str = "limit") -> int:

@@ -45,9 +45,12 @@ BAD_JSON: list[Any] = [
     AT,
     object(),
 ]
-BAD_POSITIVE: list[Any] = [0, -1, True, False, 1.0, "1", None]  # index, attempt, ttl_ms, ...
-BAD_NON_NEGATIVE: list[Any] = [-1, True, 1.5, "0"]  # after_index, through_index, start_after
-BAD_LIMIT: list[Any] = [0, -1, 1001, True, 10.0, "10", None]
+# Past the 4300 digits Python refuses to print: the message must still be made.
+HUGE_INTS: list[Any] = [10**5000, -(10**5000), 10**100_000]
+BAD_POSITIVE: list[Any] = [0, -1, True, False, 1.0, "1", None, *HUGE_INTS]  # index, attempt, ...
+BAD_NON_NEGATIVE: list[Any] = [-1, True, 1.5, "0", *HUGE_INTS]  # after_index, start_after, ...
+BAD_LIMIT: list[Any] = [0, -1, 1001, True, 10.0, "10", None, *HUGE_INTS]
+BAD_SECONDS: list[Any] = [0, -1, -0.0, True, "1", 10**400, 1e300, float("inf"), float("nan")]
 BAD_DATETIME: list[Any] = [NAIVE, "2026-01-01T00:00:00Z", 1_767_225_600_000]
 
 
@@ -116,8 +119,10 @@ def _presence(store: Store, **changes: Any) -> object:
     return None
 
 
-def _stream(store: Store, session_id: Any = "s", start_after: Any = 0) -> object:
-    store.stream(session_id, start_after=start_after).close()
+def _stream(
+    store: Store, session_id: Any = "s", start_after: Any = 0, poll_interval: Any = None
+) -> object:
+    store.stream(session_id, start_after=start_after, poll_interval=poll_interval).close()
     return None
 
 
@@ -308,6 +313,13 @@ CASES = [
     # stream
     Case("stream", "session_id", lambda s, v: _stream(s, session_id=v), "s", BAD_NAMES),
     Case("stream", "start_after", lambda s, v: _stream(s, start_after=v), 0, BAD_NON_NEGATIVE),
+    Case(
+        "stream",
+        "poll_interval",
+        lambda s, v: _stream(s, poll_interval=v),
+        0.5,
+        [*BAD_SECONDS, *HUGE_INTS],
+    ),
     # presence
     Case("presence.set", "ns", lambda s, v: _presence(s, ns=v), "ns2", BAD_NAMES),
     Case("presence.set", "participant", lambda s, v: _presence(s, participant=v), "q", BAD_NAMES),
@@ -327,7 +339,13 @@ CASES = [
         [[("f", 1)], "f", None],
     ),
     Case("presence.set", "at", lambda s, v: _presence(s, at=v), AT, [*BAD_DATETIME, None]),
-    Case("presence.set", "seen", lambda s, v: _presence(s, seen=v), 2, [True, 1.5, "1", None]),
+    Case(
+        "presence.set",
+        "seen",
+        lambda s, v: _presence(s, seen=v),
+        2,
+        [True, 1.5, "1", None, *HUGE_INTS],
+    ),
     Case("presence.set", "ttl_ms", lambda s, v: _presence(s, ttl_ms=v), 1, BAD_POSITIVE),
     Case("presence.read", "ns", lambda s, v: s.presence.read(v), "ns", BAD_NAMES),
     # inspect
