@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from a2sql import calls
 from a2sql import migrate as migrations
-from a2sql.begin import begin_own
+from a2sql.begin import POSTGRES_ISOLATION, begin_own
 from a2sql.calls import Call, Context, Done, run_in_savepoint, run_own_transaction
 from a2sql.clock import Clock
 from a2sql.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
@@ -47,6 +47,12 @@ from a2sql.stream import AsyncEventStream
 from a2sql.wakeups import StoreWakeups
 
 T = TypeVar("T")
+
+
+async def _own(connection: AsyncConnection) -> None:
+    """As ``a2sql.begin.own_connection``: a2sql's own transactions at READ COMMITTED."""
+    if connection.dialect.name == "postgresql":
+        await connection.execution_options(isolation_level=POSTGRES_ISOLATION)
 
 
 class AsyncOperations:
@@ -264,7 +270,11 @@ class AsyncStore(AsyncOperations):
                 return
             async with self._connection() as connection:
                 await connection.run_sync(
-                    lambda c: migrations.ensure_schema_on(c, upgrade_allowed=self._upgrade_schema)
+                    lambda c: migrations.ensure_schema_on(
+                        c,
+                        upgrade_allowed=self._upgrade_schema,
+                        lock_timeout_ms=self._ctx.lock_timeout_ms,
+                    )
                 )
             self._schema_checked = True
 
@@ -274,6 +284,7 @@ class AsyncStore(AsyncOperations):
             raise closed_store()
         try:
             async with self._serial, self._engine.connect() as connection:
+                await _own(connection)
                 yield connection
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
@@ -310,12 +321,15 @@ class AsyncStore(AsyncOperations):
         # Only a2sql's own statements are mapped to A2Error: the caller's keep theirs.
         try:
             connection = await self._engine.connect()
+            await _own(connection)
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
         try:
             async with connection.begin():
                 try:
-                    await connection.run_sync(begin_own, read_only=False)
+                    await connection.run_sync(
+                        begin_own, read_only=False, busy_timeout_ms=self._ctx.lock_timeout_ms
+                    )
                 except DRIVER_FAILURES as error:
                     raise from_driver_error(error) from error
                 yield connection

@@ -26,14 +26,20 @@ from a2sql.errors import invalid
 
 log = logging.getLogger("a2sql")
 
-# Waiting for a SQLite write lock: long enough that a burst of writers from
-# several processes queues rather than fails.
-SQLITE_BUSY_TIMEOUT_MS = 30_000
+# How long a2sql's own transactions wait for a lock unless create_store is
+# told otherwise: on SQLite the busy timeout, long enough that a burst of
+# writers from several processes queues rather than fails.
+DEFAULT_LOCK_TIMEOUT_MS = 30_000
 # Switching to WAL takes an exclusive lock and may answer SQLITE_BUSY without
 # consulting the busy handler while several connections race it (cold starts
-# of many processes on one file); the seed retries it, boundedly, too.
-WAL_SWITCH_ATTEMPTS = 100
+# of many processes on one file); the seed retries it too. The retries stop
+# once the busy timeout has passed: a file another process holds under
+# ``locking_mode = EXCLUSIVE`` makes every attempt wait out the whole timeout.
 WAL_SWITCH_PAUSE_S = 0.005
+# The level of a2sql's own PostgreSQL transactions, whatever the database's
+# default: each statement sees what the session lock's previous holder
+# committed (at a higher level the snapshot predates the lock).
+POSTGRES_ISOLATION = "READ COMMITTED"
 
 # Key in the driver connection's ``info``: its pragmas are set.
 _PREPARED = "a2sql_sqlite_prepared"
@@ -53,20 +59,26 @@ def in_driver_transaction(connection: Connection) -> bool:
 Scalar = Callable[[str], Any]
 
 
-def prepare(info: dict[Any, Any], scalar: Scalar, *, in_transaction: bool) -> None:
+def prepare(
+    info: dict[Any, Any], scalar: Scalar, *, in_transaction: bool, busy_timeout_ms: int
+) -> None:
     """The busy timeout, WAL and ``synchronous = normal``, once per driver connection
-    (``info``: the pool's dictionary of that connection).
+    (``info``: the pool's dictionary of that connection); the busy timeout again
+    when another store on the same engine asks for another.
 
     WAL cannot be switched on inside a transaction: then it is tried on the
     next transaction a2sql begins itself, and a file that stays out of WAL is
     logged.
     """
-    if info.get(_PREPARED):
+    prepared = info.get(_PREPARED)
+    if prepared == busy_timeout_ms:
         return
-    scalar(f"pragma busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-    if in_transaction:
+    scalar(f"pragma busy_timeout = {busy_timeout_ms}")
+    if prepared is not None or in_transaction:
+        if prepared is not None:
+            info[_PREPARED] = busy_timeout_ms
         return
-    mode = _switch_to_wal(scalar)
+    mode = _switch_to_wal(scalar, deadline=time.monotonic() + busy_timeout_ms / 1000)
     if mode not in ("wal", "memory"):
         log.warning(
             "a2sql: the SQLite database is in journal mode %r, not WAL: readers and the "
@@ -74,32 +86,46 @@ def prepare(info: dict[Any, Any], scalar: Scalar, *, in_transaction: bool) -> No
             mode,
         )
     scalar("pragma synchronous = normal")
-    info[_PREPARED] = True
+    info[_PREPARED] = busy_timeout_ms
 
 
-def _switch_to_wal(scalar: Scalar) -> str:
-    for attempt in range(WAL_SWITCH_ATTEMPTS):
+def _switch_to_wal(scalar: Scalar, *, deadline: float) -> str:
+    while True:
         try:
             return str(scalar("pragma journal_mode = wal"))
         except OperationalError as error:
             message = str(error.orig)
-            if ("locked" not in message and "busy" not in message) or (
-                attempt == WAL_SWITCH_ATTEMPTS - 1
-            ):
+            busy = "locked" in message or "busy" in message
+            if not busy or time.monotonic() + WAL_SWITCH_PAUSE_S >= deadline:
                 raise
             time.sleep(WAL_SWITCH_PAUSE_S)
-    raise AssertionError("unreachable")
 
 
-def _prepare_connection(connection: Connection) -> None:
+def _prepare_connection(connection: Connection, busy_timeout_ms: int) -> None:
     def scalar(sql: str) -> Any:
         result = connection.exec_driver_sql(sql)
         return result.scalar() if result.returns_rows else None
 
-    prepare(connection.info, scalar, in_transaction=in_driver_transaction(connection))
+    prepare(
+        connection.info,
+        scalar,
+        in_transaction=in_driver_transaction(connection),
+        busy_timeout_ms=busy_timeout_ms,
+    )
 
 
-def begin_own(connection: Connection, *, read_only: bool) -> None:
+def own_connection(connection: Connection) -> Connection:
+    """``connection``, set to run a2sql's own transactions: at READ COMMITTED on PostgreSQL.
+
+    Before ``connection.begin()``. SQLAlchemy puts the connection's level back
+    when it returns to the pool, so an application's engine keeps its own.
+    """
+    if connection.dialect.name == "postgresql":
+        connection.execution_options(isolation_level=POSTGRES_ISOLATION)
+    return connection
+
+
+def begin_own(connection: Connection, *, read_only: bool, busy_timeout_ms: int) -> None:
     """Open the driver's transaction of a transaction a2sql runs itself.
 
     Called inside ``connection.begin()``, before the first statement. Nothing
@@ -112,12 +138,12 @@ def begin_own(connection: Connection, *, read_only: bool) -> None:
         # recipe), deferred most likely. It has run nothing yet: ending it and
         # beginning IMMEDIATE in its place changes nothing but the lock.
         connection.exec_driver_sql("COMMIT")
-    _prepare_connection(connection)
+    _prepare_connection(connection, busy_timeout_ms)
     if not in_driver_transaction(connection):
         connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
-def hold_write_lock(connection: Connection) -> None:
+def hold_write_lock(connection: Connection, *, busy_timeout_ms: int) -> None:
     """Make the caller's transaction on ``connection`` hold the write lock before a2sql reads.
 
     A transaction the driver has not opened yet (pysqlite opens one only
@@ -126,7 +152,7 @@ def hold_write_lock(connection: Connection) -> None:
     began deferred and read before another writer committed: a2sql would be
     reading stale rows, and says so.
     """
-    _prepare_connection(connection)
+    _prepare_connection(connection, busy_timeout_ms)
     if not in_driver_transaction(connection):
         connection.exec_driver_sql("BEGIN IMMEDIATE")
         return

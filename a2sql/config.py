@@ -11,7 +11,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
-from a2sql.begin import SQLITE_BUSY_TIMEOUT_MS
+from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS, POSTGRES_ISOLATION
 from a2sql.errors import A2Error, invalid
 
 ENV_URL = "A2SQL_DATABASE_URL"
@@ -61,7 +61,7 @@ def is_sqlite_memory(url: URL) -> bool:
 def _engine_arguments(url: URL) -> dict[str, Any]:
     """Keyword arguments for ``create_engine`` / ``create_async_engine`` of ``url``."""
     if url.get_backend_name() != "sqlite":
-        return {}
+        return {"isolation_level": POSTGRES_ISOLATION}
     if is_sqlite_memory(url):
         # One connection for the engine's lifetime: every operation sees the
         # same in-memory database.
@@ -76,7 +76,7 @@ def _engine_arguments(url: URL) -> dict[str, Any]:
         raise invalid(
             "url", f"cannot create the folder of the SQLite database {path.parent}: {error}"
         ) from None
-    return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}}
+    return {"connect_args": {"timeout": DEFAULT_LOCK_TIMEOUT_MS / 1000}}
 
 
 def _driver_missing(url: URL, error: ImportError) -> A2Error:

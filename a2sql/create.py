@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from a2sql import migrate as migrations
 from a2sql.aio import AsyncStore
+from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS
 from a2sql.calls import Context
 from a2sql.clock import Clock, SystemClock, uuid7_id
 from a2sql.config import (
@@ -25,7 +26,11 @@ from a2sql.validate import DEFAULT_MAX_JSON_CHARS, Limits
 
 
 def _context(
-    backend: str, clock: Clock | None, ids: Callable[[], str] | None, max_json_chars: object
+    backend: str,
+    clock: Clock | None,
+    ids: Callable[[], str] | None,
+    max_json_chars: object,
+    lock_timeout_ms: object,
 ) -> Context:
     if (
         isinstance(max_json_chars, bool)
@@ -38,7 +43,22 @@ def _context(
         clock=clock or SystemClock(),
         ids=ids or uuid7_id,
         limits=Limits(max_json_chars=max_json_chars),
+        lock_timeout_ms=_lock_timeout(lock_timeout_ms),
     )
+
+
+# PostgreSQL's lock_timeout is a 32-bit count of milliseconds.
+MAX_LOCK_TIMEOUT_MS = 2**31 - 1
+
+
+def _lock_timeout(value: object) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 1 <= value <= MAX_LOCK_TIMEOUT_MS
+    ):
+        raise invalid("lock_timeout_ms", f"must be an int from 1 to {MAX_LOCK_TIMEOUT_MS:,}")
+    return value
 
 
 def _opening_failed(url: URL, error: BaseException) -> A2Error:
@@ -61,6 +81,7 @@ def create_store(
     ids: Callable[[], str] | None = None,
     migrate: bool | None = None,
     max_json_chars: int = DEFAULT_MAX_JSON_CHARS,
+    lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
 ) -> Store:
     """Open a store.
 
@@ -70,6 +91,12 @@ def create_store(
     ``migrate``: ``True`` upgrades the schema, ``False`` only checks it,
     ``None`` upgrades SQLite and checks other engines. ``max_json_chars``
     bounds the encoded size of a payload, state or presence value.
+    ``lock_timeout_ms``: how long a write waits for a session another
+    transaction holds before failing with ``STORE_UNAVAILABLE`` (SQLite: for
+    the database's write lock); on PostgreSQL a transaction of the store's
+    own that sits idle that long (a frozen process) is ended by the server,
+    freeing the session. The caller's transactions (``using``) keep their own
+    settings.
     """
     if isinstance(url, Engine):
         engine, owns_engine = url, False
@@ -78,10 +105,12 @@ def create_store(
         engine, owns_engine = build_engine(resolve_url(url)), True
     try:
         backend = engine.dialect.name
-        context = _context(backend, clock, ids, max_json_chars)
+        context = _context(backend, clock, ids, max_json_chars, lock_timeout_ms)
         upgrade = _upgrade_allowed(migrate, backend)
         try:
-            migrations.ensure_schema(engine, upgrade_allowed=upgrade)
+            migrations.ensure_schema(
+                engine, upgrade_allowed=upgrade, lock_timeout_ms=context.lock_timeout_ms
+            )
         except DRIVER_FAILURES as error:
             raise _opening_failed(engine.url, error) from error
     except BaseException:
@@ -98,6 +127,7 @@ def create_async_store(
     ids: Callable[[], str] | None = None,
     migrate: bool | None = None,
     max_json_chars: int = DEFAULT_MAX_JSON_CHARS,
+    lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
 ) -> AsyncStore:
     """Open an ``AsyncStore``: the arguments of ``create_store``, an ``AsyncEngine`` for an engine.
 
@@ -111,7 +141,7 @@ def create_async_store(
     else:
         engine, owns_engine = build_async_engine(resolve_url(url)), True
     backend = engine.dialect.name
-    context = _context(backend, clock, ids, max_json_chars)
+    context = _context(backend, clock, ids, max_json_chars, lock_timeout_ms)
     return AsyncStore(
         engine,
         context,

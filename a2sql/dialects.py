@@ -8,14 +8,15 @@ built once per engine kind per process; statements are reused on every call.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import Any, ClassVar
 
-from sqlalchemy import BindParameter, bindparam, func, literal_column, select
+from sqlalchemy import BindParameter, Select, bindparam, func, literal_column, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Insert
 
 from a2sql import execute
+from a2sql.errors import invalid
 from a2sql.execute import Transaction
 from a2sql.schema import presence, snapshots
 from a2sql.stream import POSTGRES_POLL_INTERVAL_S, SQLITE_POLL_INTERVAL_S
@@ -35,16 +36,24 @@ class Dialect:
     upsert_snapshot: Insert
     upsert_presence: Insert
 
-    def lock_session(self, tx: Transaction, session_id: str, *, announce: bool) -> None:
+    def lock_session(
+        self, tx: Transaction, session_id: str, *, announce: bool, lock_timeout_ms: int | None
+    ) -> None:
         """First statement of every mutating transaction on a session.
 
         ``announce``: the transaction may add events, so other processes'
         streams of the session are to be woken when it commits.
+        ``lock_timeout_ms``: how long a transaction of a2sql's own waits for
+        the lock (and may then sit idle); ``None`` in the caller's
+        transaction, whose own settings apply.
         """
 
     def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
         """Lock the session for writing if no other transaction holds it; never wait."""
         raise NotImplementedError
+
+    def check_isolation(self, tx: Transaction) -> None:
+        """Refuse the caller's transaction if its isolation level breaks a2sql's writes."""
 
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
         raise NotImplementedError
@@ -75,7 +84,11 @@ class Dialect:
                 "expires_at": entry.excluded.expires_at,
             },
             # Last writer wins by the writer's `at`; ties go to the incoming write.
-            where=presence.c.at <= entry.excluded.at,
+            # An expired row is gone, swept or not: any write replaces it.
+            where=or_(
+                presence.c.at <= entry.excluded.at,
+                presence.c.expires_at <= bindparam("now", type_=Timestamp()),
+            ),
         )
 
 
@@ -87,9 +100,11 @@ class SqliteDialect(Dialect):
     def __init__(self) -> None:
         self._build_upserts(sqlite.insert)
 
-    def lock_session(self, tx: Transaction, session_id: str, *, announce: bool) -> None:
+    def lock_session(
+        self, tx: Transaction, session_id: str, *, announce: bool, lock_timeout_ms: int | None
+    ) -> None:
         # BEGIN IMMEDIATE (a2sql.begin) already holds the database's write lock,
-        # and other processes' streams poll.
+        # waiting for it up to the busy timeout, and other processes' streams poll.
         return None
 
     def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
@@ -109,30 +124,63 @@ class PostgresDialect(Dialect):
     _lock_call = func.pg_advisory_xact_lock(
         literal_column(str(SESSION_LOCK_CLASS)), func.hashtext(bindparam("sid"))
     )
-    _lock = select(_lock_call)
-    _try_lock = select(
-        func.pg_try_advisory_xact_lock(
-            literal_column(str(SESSION_LOCK_CLASS)), func.hashtext(bindparam("sid"))
-        )
+    _try_lock_call = func.pg_try_advisory_xact_lock(
+        literal_column(str(SESSION_LOCK_CLASS)), func.hashtext(bindparam("sid"))
     )
     # The notification rides on the lock statement: one round trip, not two.
     # NOTIFY is delivered at commit and only then, so a rolled back append
     # wakes nobody; a commit that added nothing (a replay) wakes streams for
     # a re-read that finds nothing.
-    _lock_and_notify = select(
-        _lock_call, func.pg_notify(literal_column(f"'{CHANNEL}'"), bindparam("sid"))
+    _notify_call = func.pg_notify(literal_column(f"'{CHANNEL}'"), bindparam("sid"))
+    # In a2sql's own transactions the lock statement first bounds, for this
+    # transaction only (set_config's ``true``), how long it waits for a lock
+    # and how long it may then sit idle: a frozen holder is cut off by the
+    # server after that long, and its waiters give up after as long. Target
+    # list entries are evaluated in order, so both hold before the wait.
+    # Set per transaction, they survive a transaction pooler, which hands
+    # each transaction a different server connection.
+    _bounds = (
+        func.set_config(literal_column("'lock_timeout'"), bindparam("wait"), True),
+        func.set_config(
+            literal_column("'idle_in_transaction_session_timeout'"), bindparam("wait"), True
+        ),
     )
+    # In the caller's transaction the lock statement reports its isolation
+    # level, which must be READ COMMITTED: at a higher level the snapshot
+    # is taken before the lock is granted, and what the lock's previous
+    # holder committed stays unseen.
+    _isolation = func.current_setting(literal_column("'transaction_isolation'"))
+    _own_lock: ClassVar[dict[bool, Select[Any]]] = {
+        False: select(*_bounds, _lock_call),
+        True: select(*_bounds, _lock_call, _notify_call),
+    }
+    _callers_lock: ClassVar[dict[bool, Select[Any]]] = {
+        False: select(_isolation, _lock_call),
+        True: select(_isolation, _lock_call, _notify_call),
+    }
+    _try_lock = select(_try_lock_call)
+    _isolation_level = select(_isolation)
 
     def __init__(self) -> None:
         self._build_upserts(postgresql.insert)
 
-    def lock_session(self, tx: Transaction, session_id: str, *, announce: bool) -> None:
-        statement = self._lock_and_notify if announce else self._lock
-        execute.run(tx, statement, {"sid": session_id})
+    def lock_session(
+        self, tx: Transaction, session_id: str, *, announce: bool, lock_timeout_ms: int | None
+    ) -> None:
+        if lock_timeout_ms is not None:
+            wait = str(lock_timeout_ms)
+            execute.run(tx, self._own_lock[announce], {"sid": session_id, "wait": wait})
+            return
+        [(level, *_)] = execute.rows(tx, self._callers_lock[announce], {"sid": session_id})
+        _check_isolation(level)
 
     def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
         [(locked,)] = execute.rows(tx, self._try_lock, {"sid": session_id})
         return bool(locked)
+
+    def check_isolation(self, tx: Transaction) -> None:
+        [(level,)] = execute.rows(tx, self._isolation_level, {})
+        _check_isolation(level)
 
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
         # greatest() skips NULLs.
@@ -148,6 +196,17 @@ class PostgresDialect(Dialect):
         # stopping at the page. With one bound unknown it takes the default
         # range estimate (0.5% of the table), and walks.
         return select(value).scalar_subquery()
+
+
+def _check_isolation(level: str) -> None:
+    if level != "read committed":
+        raise invalid(
+            "connection",
+            f"its transaction runs at isolation level {level.upper()}; a2sql's writes need "
+            "READ COMMITTED, where each statement sees what the session lock's previous "
+            "holder committed. Begin it with store.begin(), or set "
+            'execution_options(isolation_level="READ COMMITTED") on the connection',
+        )
 
 
 @cache

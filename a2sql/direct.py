@@ -35,6 +35,7 @@ Row = tuple[Any, ...]
 Processor = Callable[[Any], Any]
 
 _REQUIRED = object()
+_UNCHANGED = object()
 # Expanding statements rendered per list length, kept per statement.
 MAX_SHAPES = 64
 
@@ -221,7 +222,7 @@ _prepared: dict[tuple[str, int], _Prepared] = {}
 class DirectTransaction:
     """One a2sql transaction on a pooled driver connection's cursor."""
 
-    __slots__ = ("_cursor", "_dialect", "_engine", "_error", "_pooled", "sqlite")
+    __slots__ = ("_cursor", "_dialect", "_engine", "_error", "_level", "_pooled", "sqlite")
 
     def __init__(self, engine: Engine, pooled: PoolProxiedConnection) -> None:
         self._engine = engine
@@ -230,6 +231,8 @@ class DirectTransaction:
         self._error: type[Exception] = self._dialect.loaded_dbapi.Error
         self.sqlite = self._dialect.name == "sqlite"
         self._cursor = pooled.cursor()
+        # The isolation level to put back (psycopg), if a2sql changed it.
+        self._level: Any = _UNCHANGED
 
     def _prepare(self, statement: Executable) -> _Prepared:
         key = (self._dialect.driver, id(statement))
@@ -239,9 +242,18 @@ class DirectTransaction:
         return prepared
 
     def begin(self, *, read_only: bool) -> None:
-        """Open the transaction (psycopg opens one itself before the first statement)."""
+        """Open the transaction (psycopg opens one itself before the first statement, at
+        the connection's isolation level: READ COMMITTED for a2sql's own, on an
+        application's engine too, until ``close``)."""
         if self.sqlite:
             self.send("BEGIN" if read_only else "BEGIN IMMEDIATE")
+            return
+        connection: Any = self._pooled.dbapi_connection
+        read_committed = self._dialect.loaded_dbapi.IsolationLevel.READ_COMMITTED
+        level = connection.isolation_level
+        if level != read_committed:
+            connection.isolation_level = read_committed
+            self._level = level
 
     def commit(self) -> None:
         if self.sqlite:
@@ -301,6 +313,9 @@ class DirectTransaction:
         # A cursor of a lost connection has nothing left to free.
         with suppress(Exception):
             self._cursor.close()
+        if self._level is not _UNCHANGED:
+            with suppress(Exception):  # a lost connection is not reused
+                self._pooled.dbapi_connection.isolation_level = self._level  # type: ignore[union-attr]
 
     def scalar(self, sql: str) -> Any:
         """The first column of the first row of SQL text (``None`` without rows)."""

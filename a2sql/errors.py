@@ -60,9 +60,30 @@ def from_driver_error(error: BaseException) -> A2Error:
             ErrorCode.PARTIAL_DUPLICATE_BATCH,
             "an event id of the batch already exists (appended by a concurrent writer)",
         )
+    locked = _lock_timed_out(error)
+    if locked:
+        return A2Error(
+            ErrorCode.STORE_UNAVAILABLE,
+            f"{locked}: gave up waiting after the lock timeout (create_store's lock_timeout_ms)",
+        )
     detail = str(getattr(error, "orig", None) or error).strip().splitlines()
     first_line = detail[0] if detail else type(error).__name__
     return A2Error(ErrorCode.STORE_UNAVAILABLE, f"the database failed: {first_line}")
+
+
+# PostgreSQL's lock_not_available: lock_timeout passed while waiting.
+_LOCK_NOT_AVAILABLE = "55P03"
+
+
+def _lock_timed_out(error: BaseException) -> str:
+    """What was locked, if a wait for a lock ran out (PostgreSQL's lock timeout, SQLite's
+    busy timeout); else ``""``."""
+    orig = getattr(error, "orig", None)
+    if getattr(orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
+        return "the session is locked by another transaction"
+    if getattr(orig, "sqlite_errorname", None) == "SQLITE_BUSY":
+        return "the database is locked by another writer"
+    return ""
 
 
 # What counts as "the database failed": driver errors, pool exhaustion and

@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine, column, create_engine, inspect, selec
 from sqlalchemy import table as table_clause
 from sqlalchemy.pool import StaticPool
 
-from a2sql.begin import begin_own
+from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS, begin_own
 from a2sql.errors import A2Error, ErrorCode
 from a2sql.schema import TABLE_NAMES
 
@@ -110,18 +110,20 @@ def lock_for_migration(connection: Connection) -> None:
     if connection.dialect.name == "postgresql":
         connection.execute(text("select pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
     else:
-        begin_own(connection, read_only=False)
+        begin_own(connection, read_only=False, busy_timeout_ms=DEFAULT_LOCK_TIMEOUT_MS)
 
 
 @contextmanager
-def _transaction(connection: Connection, *, read_only: bool) -> Iterator[Connection]:
+def _transaction(
+    connection: Connection, *, read_only: bool, busy_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
+) -> Iterator[Connection]:
     if connection.in_transaction():
         # The caller's (an application's Alembic env.py): a2sql neither begins nor ends it.
         yield connection
         return
     with connection.begin():
         if read_only:
-            begin_own(connection, read_only=True)
+            begin_own(connection, read_only=True, busy_timeout_ms=busy_timeout_ms)
         yield connection
 
 
@@ -255,19 +257,27 @@ def offline_sql(url: str, revision: str = "head") -> str:
     return buffer.getvalue()
 
 
-def ensure_schema(engine: Engine, *, upgrade_allowed: bool) -> None:
+def ensure_schema(
+    engine: Engine, *, upgrade_allowed: bool, lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
+) -> None:
     """Make sure the database is at the newest revision, upgrading it if allowed.
 
     Raises ``A2Error(SCHEMA_MISMATCH)`` when it is not and cannot be.
+    ``lock_timeout_ms`` bounds the wait of reading the revision (SQLite's
+    busy timeout, and its switch to WAL).
     """
     with engine.connect() as connection:
-        ensure_schema_on(connection, upgrade_allowed=upgrade_allowed)
+        ensure_schema_on(
+            connection, upgrade_allowed=upgrade_allowed, lock_timeout_ms=lock_timeout_ms
+        )
 
 
-def ensure_schema_on(connection: Connection, *, upgrade_allowed: bool) -> None:
+def ensure_schema_on(
+    connection: Connection, *, upgrade_allowed: bool, lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
+) -> None:
     """``ensure_schema`` on one connection outside a transaction (the async store's way in)."""
     head = head_revision()
-    with _transaction(connection, read_only=True):
+    with _transaction(connection, read_only=True, busy_timeout_ms=lock_timeout_ms):
         found = current_revision(connection)
         seed_tables = found is None and _has_a2_tables(connection)
     if found == head:

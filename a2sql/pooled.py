@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from a2sql import forks
-from a2sql.begin import begin_own, prepare
+from a2sql.begin import begin_own, own_connection, prepare
 from a2sql.direct import DirectTransaction, can_run_directly, observed
 from a2sql.execute import Transaction
 
@@ -46,8 +46,9 @@ class _Kept(NamedTuple):
 class PooledTransactions:
     """Runs ``Store``'s transactions on ``engine``, keeping a few connections between them."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, lock_timeout_ms: int) -> None:
         self._engine = engine
+        self._lock_timeout_ms = lock_timeout_ms
         self._sqlite = engine.dialect.name == "sqlite"
         self._direct = can_run_directly(engine)
         self._idle: list[_Kept] = []
@@ -72,8 +73,8 @@ class PooledTransactions:
                 return self._run_direct(pooled, body, context, call, read_only=read_only)
             finally:
                 self._give_back(pooled)
-        with self._engine.connect() as connection, connection.begin():
-            begin_own(connection, read_only=read_only)
+        with own_connection(self._engine.connect()) as connection, connection.begin():
+            begin_own(connection, read_only=read_only, busy_timeout_ms=self._lock_timeout_ms)
             return body(connection, context, call)
 
     def _run_direct(
@@ -88,7 +89,12 @@ class PooledTransactions:
         tx = DirectTransaction(self._engine, pooled)
         try:
             if self._sqlite:
-                prepare(pooled.info, tx.scalar, in_transaction=False)
+                prepare(
+                    pooled.info,
+                    tx.scalar,
+                    in_transaction=False,
+                    busy_timeout_ms=self._lock_timeout_ms,
+                )
             tx.begin(read_only=read_only)
             try:
                 result = body(tx, context, call)

@@ -12,7 +12,7 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine
 
 from a2sql import calls
-from a2sql.begin import begin_own
+from a2sql.begin import begin_own, own_connection
 from a2sql.calls import Call, Context, Done, run_in_savepoint, run_in_transaction
 from a2sql.clock import Clock
 from a2sql.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
@@ -242,7 +242,7 @@ class Store(Operations):
         self._serial = threading.RLock() if serialize else None
         self._closed = False
         self._wakeups = StoreWakeups(engine)
-        self._pooled = PooledTransactions(engine)
+        self._pooled = PooledTransactions(engine, lock_timeout_ms=context.lock_timeout_ms)
         self.presence = Presence(self)
         self.inspect = Inspector(self)
 
@@ -296,13 +296,13 @@ class Store(Operations):
             raise closed_store()
         # Only a2sql's own statements are mapped to A2Error: the caller's keep theirs.
         try:
-            connection = self._engine.connect()
+            connection = own_connection(self._engine.connect())
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
         with connection:
             transaction = connection.begin()
             try:
-                begin_own(connection, read_only=False)
+                begin_own(connection, read_only=False, busy_timeout_ms=self._ctx.lock_timeout_ms)
             except DRIVER_FAILURES as error:
                 raise from_driver_error(error) from error
             with transaction:

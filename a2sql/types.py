@@ -11,11 +11,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
-from sqlalchemy import BigInteger, Boolean, Integer, Text
+from sqlalchemy import BigInteger, Boolean, DateTime, Integer, Text, literal_column
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
-from sqlalchemy.sql.expression import cast
+from sqlalchemy.sql.expression import cast, type_coerce
 from sqlalchemy.types import TypeDecorator, TypeEngine, UserDefinedType
 
 from a2sql.errors import A2Error, ErrorCode
@@ -66,6 +66,15 @@ class Timestamp(TypeDecorator[datetime]):
             return dialect.type_descriptor(postgresql.TIMESTAMP(timezone=True))
         return dialect.type_descriptor(Integer())
 
+    def column_expression(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
+        # Read as UTC wall-clock time (``timestamp``, no zone), whatever the
+        # connection's TimeZone: a timestamptz reaches the driver rendered in
+        # that zone, and near year 1 or 9999 the rendering lies outside
+        # Python's datetime (9999-12-31 23:59 UTC is year 10000 at +14:00).
+        if not isinstance(self.impl_instance, DateTime):
+            return column  # SQLite: integers
+        return column.op("AT TIME ZONE", return_type=self)(_UTC)
+
     def bind_processor(self, dialect: Dialect) -> Any:
         # Every write binds several timestamps, and rows are decoded by the
         # thousand when paging: one function per engine and direction,
@@ -76,8 +85,20 @@ class Timestamp(TypeDecorator[datetime]):
 
     def result_processor(self, dialect: Dialect, coltype: object) -> Any:
         if dialect.name == "postgresql":
-            return lambda value: None if value is None else value.astimezone(UTC)
+            return _utc
         return from_millis
+
+
+_UTC: ColumnElement[str] = literal_column("'UTC'")
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    """A PostgreSQL time as read: UTC wall-clock time, or aware (raw SQL reads)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 class _PostgresJSON(UserDefinedType[str]):
@@ -108,9 +129,15 @@ class JSONText(TypeDecorator[Any]):
             return dialect.type_descriptor(_PostgresJSON())
         return dialect.type_descriptor(Text())
 
+    def column_expression(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
+        # PostgreSQL's json is read as text and decoded by a2sql, not by the
+        # driver: json.loads fails on ints past Python's digit limit, which a
+        # process can lower below what a2sql stores (a2sql.jsontext).
+        if not isinstance(self.impl_instance, _PostgresJSON):
+            return column  # SQLite: text already
+        return type_coerce(cast(column, Text), self)
+
     def result_processor(self, dialect: Dialect, coltype: object) -> Any:
-        if dialect.name == "postgresql":
-            return None  # the server checked the text, the driver decodes it
         return _decode_stored_json
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +16,7 @@ from sqlalchemy.pool import Pool, QueuePool
 
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent, migrate
-from a2sql import config as a2_config
+from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS
 from a2sql.config import resolve_url
 from a2sql.testing import FakeClock
 
@@ -277,9 +279,7 @@ def test_engine_passed_in_gets_the_pragmas_whatever_listeners_it_has(
             with store.begin() as connection:
                 pragma = connection.exec_driver_sql
                 assert pragma("pragma journal_mode").scalar_one() == "wal"
-                assert pragma("pragma busy_timeout").scalar_one() == (
-                    a2_config.SQLITE_BUSY_TIMEOUT_MS
-                )
+                assert pragma("pragma busy_timeout").scalar_one() == (DEFAULT_LOCK_TIMEOUT_MS)
     finally:
         engine.dispose()
 
@@ -313,7 +313,7 @@ def test_sqlite_connections_use_wal_synchronous_normal_and_busy_timeout(
         assert pragma("pragma journal_mode").scalar_one() == "wal"
         assert pragma("pragma synchronous").scalar_one() == 1
         busy = pragma("pragma busy_timeout").scalar_one()
-    assert busy == a2_config.SQLITE_BUSY_TIMEOUT_MS
+    assert busy == DEFAULT_LOCK_TIMEOUT_MS
     assert busy >= 1000
     raw = sqlite3.connect(tmp_path / "a2.db")
     try:
@@ -375,19 +375,15 @@ def test_sqlite_write_transactions_begin_immediate(
         assert set(begins) == {"BEGIN IMMEDIATE"}, f"{name}: {begins}"
 
 
-@pytest.fixture
-def short_busy_timeout(monkeypatch: pytest.MonkeyPatch) -> int:
-    """A busy timeout short enough for a test to wait it out."""
-    monkeypatch.setattr(a2_config, "SQLITE_BUSY_TIMEOUT_MS", 300)
-    return 300
+# A lock timeout short enough for a test to wait it out.
+SHORT_LOCK_TIMEOUT_MS = 300
 
 
-def test_sqlite_write_waits_busy_timeout_then_store_unavailable(
-    tmp_path: Path, short_busy_timeout: int
-) -> None:
-    """A write blocked by another writer's lock fails after busy_timeout with STORE_UNAVAILABLE."""
+def test_sqlite_write_waits_busy_timeout_then_store_unavailable(tmp_path: Path) -> None:
+    """A write blocked by another writer's lock fails after lock_timeout_ms with
+    STORE_UNAVAILABLE."""
     path = tmp_path / "locked.db"
-    with a2sql.create_store(f"sqlite:///{path}") as store:
+    with a2sql.create_store(f"sqlite:///{path}", lock_timeout_ms=SHORT_LOCK_TIMEOUT_MS) as store:
         store.append("s", [NewEvent("t", 1, id="e1")])
         other = sqlite3.connect(path, isolation_level=None)
         try:
@@ -397,8 +393,9 @@ def test_sqlite_write_waits_busy_timeout_then_store_unavailable(
                 store.append("s", [NewEvent("t", 2, id="e2")])
             waited = time.monotonic() - started
             assert raised.value.code == ErrorCode.STORE_UNAVAILABLE
+            assert "locked by another writer" in str(raised.value)
             assert "locked" in str(raised.value.__cause__)
-            assert waited >= short_busy_timeout / 1000 * 0.8
+            assert SHORT_LOCK_TIMEOUT_MS / 1000 * 0.8 <= waited < 5
             # WAL: a reader is not blocked by the writer.
             assert [e.id for e in store.read("s")] == ["e1"]
         finally:
@@ -406,6 +403,43 @@ def test_sqlite_write_waits_busy_timeout_then_store_unavailable(
             other.close()
         store.append("s", [NewEvent("t", 2, id="e2")])
         assert [e.id for e in store.read("s")] == ["e1", "e2"]
+
+
+def test_sqlite_file_held_in_exclusive_locking_mode_fails_after_the_lock_timeout(
+    tmp_path: Path,
+) -> None:
+    """Another process holding the file under locking_mode=EXCLUSIVE: opening gives up after
+    lock_timeout_ms in all, not after one busy timeout per attempt to switch to WAL."""
+    path = tmp_path / "exclusive.db"
+    sqlite3.connect(path).close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys, time\n"
+            f"c = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+            "c.execute('pragma locking_mode = exclusive')\n"
+            "c.execute('create table held (x)')\n"
+            "print('held', flush=True)\n"
+            "time.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        with pytest.raises(A2Error) as raised:
+            a2sql.create_store(f"sqlite:///{path}", lock_timeout_ms=SHORT_LOCK_TIMEOUT_MS)
+        waited = time.monotonic() - started
+        assert raised.value.code == ErrorCode.STORE_UNAVAILABLE
+        assert "locked" in str(raised.value)
+        # The old bound was 100 attempts of one busy timeout each: 30 s here.
+        assert waited < 3
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 # --- Schema checks on open ------------------------------------------------------------

@@ -1,0 +1,190 @@
+"""PostgreSQL server and database settings a2sql must not depend on.
+
+A database whose ``TimeZone`` is not UTC, or whose default isolation level
+is not READ COMMITTED, is simulated the way a server sets it for every
+connection: a ``-c`` option in the connection's startup packet (what
+``ALTER DATABASE … SET`` and ``postgresql.conf`` amount to).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import create_engine, make_url, text
+
+import a2sql
+from a2sql import A2Error, ErrorCode, NewEvent
+from a2sql.testing import FakeClock
+
+
+def with_server_option(url: str, option: str) -> str:
+    """``url`` with one more ``-c`` setting for every connection."""
+    parsed = make_url(url)
+    options = " ".join(filter(None, [parsed.query.get("options", ""), f"-c{option}"]))
+    return parsed.update_query_dict({"options": options}).render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def pg_url(postgres_url: str) -> Iterator[str]:
+    with a2sql.create_store(postgres_url, migrate=True):
+        pass
+    yield postgres_url
+
+
+NEVER = datetime.max.replace(tzinfo=UTC, microsecond=999_000)  # times are kept to the ms
+DAWN = datetime(1, 1, 1, 1, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("zone", "start", "expires_at"),
+    [
+        ("Pacific/Kiritimati", datetime(9999, 12, 31, 20, 0, tzinfo=UTC), NEVER),
+        ("Etc/GMT+12", DAWN, DAWN + timedelta(hours=1)),
+    ],
+)
+def test_times_at_the_ends_of_the_calendar_stay_readable_in_any_server_zone(
+    pg_url: str, zone: str, start: datetime, expires_at: datetime
+) -> None:
+    clock = FakeClock(start)
+    url = with_server_option(pg_url, f"timezone={zone}")
+    with a2sql.create_store(url, clock=clock, migrate=False) as store:
+        store.append("s", [NewEvent(type="t", payload={}, id="e1")])
+        claim = store.claim_available("s", holder="w", ttl_ms=1000, expires_at=expires_at)
+        assert claim.outcome == "claimed"
+        assert [e.created_at for e in store.read("s")] == [start]
+        assert store.inspect.session("s").updated_at == start  # type: ignore[union-attr]
+        page = store.inspect.read_events("s")
+        assert page.events[0].claim_expires_at == expires_at
+        store.presence.set("ns", "p", {"f": 1}, at=expires_at, seen=1, ttl_ms=1000)
+        [entry] = store.presence.read("ns")
+        assert entry.at == expires_at
+        assert entry.at.tzinfo is UTC
+
+
+@pytest.mark.parametrize("level", ["repeatable read", "serializable"])
+def test_own_transactions_run_read_committed_whatever_the_database_default(
+    pg_url: str, level: str
+) -> None:
+    # libpq's options take a space escaped with a backslash.
+    setting = level.replace(" ", "\\ ")
+    url = with_server_option(pg_url, f"default_transaction_isolation={setting}")
+    # Concurrent writers of one session: under the default level each
+    # transaction's snapshot would predate the lock its predecessor released.
+    with a2sql.create_store(url, migrate=False) as store:
+        failures: list[BaseException] = []
+
+        def writer(n: int) -> None:
+            try:
+                for i in range(40):
+                    store.append("one", [NewEvent(type="t", payload={}, id=f"w{n}-{i}")])
+            except BaseException as error:
+                failures.append(error)
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert failures == []
+        assert [e.index for e in store.read("one")] == list(range(1, 161))
+
+
+@pytest.mark.parametrize("level", ["REPEATABLE READ", "SERIALIZABLE"])
+def test_using_refuses_a_caller_transaction_at_another_level(pg_url: str, level: str) -> None:
+    with a2sql.create_store(pg_url, migrate=False) as store:
+        engine = create_engine(pg_url, isolation_level=level)
+        try:
+            with engine.begin() as connection:
+                with pytest.raises(A2Error) as raised:
+                    store.using(connection).append("s", [NewEvent(type="t", payload={})])
+                assert raised.value.code is ErrorCode.INVALID_ARGUMENT
+                assert "READ COMMITTED" in str(raised.value)
+            with engine.connect() as connection:
+                read_committed = connection.execution_options(isolation_level="READ COMMITTED")
+                with read_committed.begin():
+                    store.using(read_committed).append("s", [NewEvent(type="t", payload={})])
+        finally:
+            engine.dispose()
+        assert len(store.read("s")) == 1
+
+
+def _hold_session_lock(url: str, session_id: str, held: threading.Event, done: threading.Event):
+    """Another client that locked ``session_id`` as a2sql's writers do, then froze."""
+    engine = create_engine(url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text("select pg_advisory_xact_lock(24882, hashtext(:sid))"), {"sid": session_id}
+            )
+            held.set()
+            done.wait(30)
+    finally:
+        engine.dispose()
+
+
+def test_a_writer_gives_up_after_lock_timeout_saying_the_session_is_locked(pg_url: str) -> None:
+    held, done = threading.Event(), threading.Event()
+    holder = threading.Thread(target=_hold_session_lock, args=(pg_url, "s", held, done))
+    holder.start()
+    try:
+        assert held.wait(10)
+        with a2sql.create_store(pg_url, migrate=False, lock_timeout_ms=300) as store:
+            started = time.monotonic()
+            with pytest.raises(A2Error) as raised:
+                store.append("s", [NewEvent(type="t", payload={})])
+            waited = time.monotonic() - started
+            assert raised.value.code is ErrorCode.STORE_UNAVAILABLE
+            assert "locked" in str(raised.value)
+            assert 0.25 < waited < 5
+            # Other sessions are not held up, and the setting stays in its transaction.
+            store.append("other", [NewEvent(type="t", payload={})])
+    finally:
+        done.set()
+        holder.join()
+
+
+class _FreezingClock:
+    """A clock whose first reading, taken inside a transaction, stalls: a frozen client."""
+
+    def __init__(self, stall_s: float) -> None:
+        self._stall_s = stall_s
+        self._first = True
+
+    def now(self) -> datetime:
+        if self._first:
+            self._first = False
+            time.sleep(self._stall_s)
+        return datetime.now(UTC)
+
+
+def test_a_frozen_client_mid_transaction_is_cut_off_and_frees_the_session(pg_url: str) -> None:
+    frozen = a2sql.create_store(pg_url, migrate=False, clock=_FreezingClock(3), lock_timeout_ms=500)
+    outcome: list[BaseException | None] = []
+
+    def stalled_append() -> None:
+        try:
+            frozen.append("s", [NewEvent(type="t", payload={})])
+            outcome.append(None)
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=stalled_append)
+    thread.start()
+    try:
+        time.sleep(0.3)  # the stalled append holds the session's lock by now
+        with a2sql.create_store(pg_url, migrate=False, lock_timeout_ms=5000) as store:
+            started = time.monotonic()
+            store.append("s", [NewEvent(type="t", payload={}, id="after")])
+            assert time.monotonic() - started < 2.5
+            thread.join()
+            [error] = outcome
+            assert isinstance(error, A2Error)
+            assert error.code is ErrorCode.STORE_UNAVAILABLE
+            assert [e.id for e in store.read("s")] == ["after"]
+    finally:
+        thread.join()
+        frozen.close()
