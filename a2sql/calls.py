@@ -524,6 +524,7 @@ def presence_set(
         return Done(None)
 
     def run(tx: Transaction) -> None:
+        now = ctx.now()
         presence_ops.set_fields(
             tx,
             ctx.dialect,
@@ -532,7 +533,8 @@ def presence_set(
             encoded,
             at=written_at,
             seen=seen_value,
-            expires_at=validate.expiry(ctx.now(), ttl),
+            now=now,
+            expires_at=validate.expiry(now, ttl),
         )
 
     return Call(run)
@@ -540,8 +542,7 @@ def presence_set(
 
 def presence_read(ctx: Context, ns: object) -> Call[list[PresenceEntry]]:
     space = validate.name(ns, "ns")
-    # Not read-only: reading sweeps the namespace's expired rows.
-    return Call(lambda c: presence_ops.read(c, space, ctx.now()))
+    return Call(lambda c: presence_ops.read(c, space, ctx.now()), read_only=True)
 
 
 def list_sessions(ctx: Context, prefix: object, cursor: object, limit: object) -> Call[SessionPage]:

@@ -753,7 +753,8 @@ class Model:
             for name, value in values.items():
                 key = (participant, name)
                 old = rows.get(key)
-                if old is not None and old.at > written_at:
+                # An expired row is gone, swept or not.
+                if old is not None and old.at > written_at and old.expires_at > self.now():
                     continue
                 if value is None:
                     rows.pop(key, None)
@@ -761,7 +762,7 @@ class Model:
                     rows[key] = PresenceRow(copy.deepcopy(value), seen, written_at, expires_at)
 
     def presence_read(self, ns: str) -> list[PresenceEntry]:
-        """SPEC §3 presence.read: sweep the expired rows, return the live ones in order."""
+        """SPEC §3 presence.read: the live rows in order (expired ones are gone, swept or not)."""
         with self._transaction() as state:
             now = self.now()
             rows = state.presence.setdefault(ns, {})

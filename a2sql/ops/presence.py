@@ -1,11 +1,17 @@
-"""presence.set and presence.read: per-field last-writer-wins with a TTL."""
+"""presence.set and presence.read: per-field last-writer-wins with a TTL.
+
+An expired field is gone: a read never returns it and a write treats it as
+absent, whether or not it was swept yet. Sweeping is only housekeeping, done
+by writes, so that reading needs no write access (a read-only SQLite file).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import BindParameter, bindparam, delete, select
+from sqlalchemy import BindParameter, bindparam, delete, or_, select, tuple_
 
 from a2sql import execute
 from a2sql.dialects import Dialect
@@ -21,10 +27,23 @@ DELETE_FIELD = delete(P).where(
     P.c.ns == NS,
     P.c.participant == bindparam("participant"),
     P.c.field == bindparam("field"),
-    P.c.at <= bindparam("at", type_=Timestamp()),
+    or_(P.c.at <= bindparam("at", type_=Timestamp()), P.c.expires_at <= NOW),
 )
 
-SWEEP = delete(P).where(P.c.ns == NS, P.c.expires_at <= NOW)
+# The namespace's expired rows, but none another transaction holds: a sweep
+# never waits, so it cannot deadlock with writes (or other sweeps) that take
+# the same rows in another order; what it skips, a later write sweeps.
+# SQLite has no FOR UPDATE (its writers are serialized) and renders none.
+_EXPIRED = (
+    select(P.c.ns, P.c.participant, P.c.field)
+    .where(P.c.ns == NS, P.c.expires_at <= NOW)
+    .with_for_update(skip_locked=True)
+)
+SWEEP = delete(P).where(
+    P.c.ns == NS,
+    P.c.expires_at <= NOW,
+    tuple_(P.c.ns, P.c.participant, P.c.field).in_(_EXPIRED),
+)
 
 LIVE = (
     select(P.c.participant, P.c.field, P.c.value, P.c.seen, P.c.at, P.c.expires_at)
@@ -42,22 +61,19 @@ def set_fields(
     *,
     at: datetime,
     seen: int,
+    now: datetime,
     expires_at: datetime,
 ) -> None:
-    """Upsert or delete each field; ``fields`` holds (field, encoded value or None for delete).
+    """Upsert or delete each field, then sweep the namespace's expired rows;
+    ``fields`` holds (field, encoded value or None for delete).
 
-    Fields are written in sorted order so that concurrent writers of the same
-    participant take row locks in one order and cannot deadlock.
+    Fields are written in sorted order, deletions and upserts alike, so that
+    concurrent writers of the same participant take row locks in one order
+    and cannot deadlock; the sweep comes last and never waits.
     """
-    upserts = []
+    upserts: list[dict[str, Any]] = []
     for field, value_json in sorted(fields, key=lambda item: item[0]):
-        if value_json is None:
-            execute.run(
-                tx,
-                DELETE_FIELD,
-                {"ns": ns, "participant": participant, "field": field, "at": at},
-            )
-        else:
+        if value_json is not None:
             upserts.append(
                 {
                     "ns": ns,
@@ -66,16 +82,30 @@ def set_fields(
                     "value": value_json,
                     "seen": seen,
                     "at": at,
+                    "now": now,
                     "expires_at": expires_at,
                 }
             )
-    if upserts:
-        execute.run_many(tx, dialect.upsert_presence, upserts)
+            continue
+        # Upserts of the fields before this one first: one order for every row.
+        _upsert(tx, dialect, upserts)
+        upserts = []
+        execute.run(
+            tx,
+            DELETE_FIELD,
+            {"ns": ns, "participant": participant, "field": field, "at": at, "now": now},
+        )
+    _upsert(tx, dialect, upserts)
+    execute.run(tx, SWEEP, {"ns": ns, "now": now})
+
+
+def _upsert(tx: Transaction, dialect: Dialect, rows: list[dict[str, Any]]) -> None:
+    if rows:
+        execute.run_many(tx, dialect.upsert_presence, rows)
 
 
 def read(tx: Transaction, ns: str, now: datetime) -> list[PresenceEntry]:
-    """Sweep the namespace's expired fields, then return the live ones."""
-    execute.run(tx, SWEEP, {"ns": ns, "now": now})
+    """The namespace's live fields (``expires_at > now``), by participant then field."""
     return [
         PresenceEntry(participant, field, value, seen, at, expires_at)
         for participant, field, value, seen, at, expires_at in execute.rows(

@@ -163,13 +163,23 @@ def test_namespaces_are_isolated(store: Store) -> None:
     assert store.presence.read("three") == []
 
 
-def test_read_sweeps_expired_rows_so_a_later_older_write_succeeds(
-    store: Store, clock: FakeClock
+@pytest.mark.parametrize("read_between", [True, False], ids=["read-between", "no-read"])
+def test_an_expired_field_never_blocks_a_later_older_write(
+    store: Store, clock: FakeClock, read_between: bool
 ) -> None:
-    """presence.read sweeps expired rows: afterwards a write with an older `at` is not blocked."""
+    """presence: an expired field is gone, swept or not: a later write with an older `at`
+    is not blocked by it, whether or not a read came in between."""
     store.presence.set("ns", "p", {"f": "newer but expired"}, at=_at(1000), seen=1, ttl_ms=100)
     clock.advance(ms=100)
-    assert store.presence.read("ns") == []
-    store.presence.set("ns", "p", {"f": "older, after sweep"}, at=_at(0), seen=2, ttl_ms=100)
+    if read_between:
+        assert store.presence.read("ns") == []
+    store.presence.set("ns", "p", {"f": "older, after expiry"}, at=_at(0), seen=2, ttl_ms=100)
     [entry] = store.presence.read("ns")
-    assert (entry.value, entry.seen, entry.at) == ("older, after sweep", 2, _at(0))
+    assert (entry.value, entry.seen, entry.at) == ("older, after expiry", 2, _at(0))
+
+
+def test_a_deletion_and_upserts_in_one_write_each_apply(store: Store) -> None:
+    """presence.set: one write may delete some fields and upsert others, in any order."""
+    store.presence.set("ns", "p", {"a": 1, "b": 1, "c": 1}, at=_at(0), seen=0, ttl_ms=1000)
+    store.presence.set("ns", "p", {"c": 2, "b": None, "a": 2}, at=_at(1), seen=1, ttl_ms=1000)
+    assert _values(store) == {("p", "a"): 2, ("p", "c"): 2}
