@@ -43,6 +43,7 @@ from a2sql.records import (
     StoredEvent,
     StoreTotals,
 )
+from a2sql.sqlite_file import DatabaseFile
 from a2sql.stream import AsyncEventStream
 from a2sql.wakeups import StoreWakeups
 
@@ -240,8 +241,10 @@ class AsyncStore(AsyncOperations):
         owns_engine: bool,
         upgrade_schema: bool,
         serialize: bool = False,
+        database_file: DatabaseFile | None = None,
     ) -> None:
         self._engine = engine
+        self._file = database_file
         self._ctx = context
         self._owns_engine = owns_engine
         self._upgrade_schema = upgrade_schema
@@ -282,6 +285,8 @@ class AsyncStore(AsyncOperations):
     async def _connection(self) -> AsyncIterator[AsyncConnection]:
         if self._closed:
             raise closed_store()
+        if self._file is not None:
+            self._file.check()
         try:
             async with self._serial, self._engine.connect() as connection:
                 await _own(connection)
@@ -296,6 +301,9 @@ class AsyncStore(AsyncOperations):
         await self.ensure_schema()
         async with self._connection() as connection, connection.begin():
             result = await connection.run_sync(run_own_transaction, self._ctx, call)
+        if self._file is not None and not call.read_only:
+            # As Store's: a write that went to a file deleted meanwhile is not done.
+            self._file.check()
         if call.lock_session is not None and call.wakes(result):
             self._wakeups.wake(call.lock_session)
         return result
@@ -318,6 +326,8 @@ class AsyncStore(AsyncOperations):
         await self.ensure_schema()
         if self._closed:
             raise closed_store()
+        if self._file is not None:
+            self._file.check()
         # Only a2sql's own statements are mapped to A2Error: the caller's keep theirs.
         try:
             connection = await self._engine.connect()

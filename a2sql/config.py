@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import URL, Engine, create_engine, make_url
@@ -13,6 +12,7 @@ from sqlalchemy.pool import StaticPool
 
 from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS, POSTGRES_ISOLATION
 from a2sql.errors import A2Error, invalid
+from a2sql.sqlite_file import file_of, make_ready
 
 ENV_URL = "A2SQL_DATABASE_URL"
 DEFAULT_URL = "sqlite:///.a2/dev.db"
@@ -66,16 +66,9 @@ def _engine_arguments(url: URL) -> dict[str, Any]:
         # One connection for the engine's lifetime: every operation sees the
         # same in-memory database.
         return {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
-    assert url.database is not None
-    path = Path(url.database).expanduser()
-    if path.is_dir():
-        raise invalid("url", f"cannot open the SQLite database {path}: it is a folder")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise invalid(
-            "url", f"cannot create the folder of the SQLite database {path.parent}: {error}"
-        ) from None
+    path = file_of(url)
+    assert path is not None
+    make_ready(path, create=True)
     return {"connect_args": {"timeout": DEFAULT_LOCK_TIMEOUT_MS / 1000}}
 
 

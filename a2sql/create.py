@@ -21,6 +21,7 @@ from a2sql.config import (
 )
 from a2sql.dialects import dialect_named
 from a2sql.errors import DRIVER_FAILURES, A2Error, from_driver_error, invalid
+from a2sql.sqlite_file import DatabaseFile, file_of, make_ready
 from a2sql.store import Store
 from a2sql.validate import DEFAULT_MAX_JSON_CHARS, Limits
 
@@ -68,6 +69,16 @@ def _opening_failed(url: URL, error: BaseException) -> A2Error:
     return from_driver_error(error)
 
 
+def _database_file(url: URL, *, create: bool) -> DatabaseFile | None:
+    """The SQLite file the store opens, made first if it may be (``create``), and refused
+    if it is missing and may not; ``None`` off SQLite files."""
+    path = file_of(url)
+    if path is None:
+        return None
+    make_ready(path, create=create)
+    return DatabaseFile(path)
+
+
 def _upgrade_allowed(migrate: object, backend: str) -> bool:
     if migrate is not None and not isinstance(migrate, bool):
         raise invalid("migrate", "must be True, False or None")
@@ -98,26 +109,35 @@ def create_store(
     freeing the session. The caller's transactions (``using``) keep their own
     settings.
     """
+    resolved = resolve_url(url.url if isinstance(url, Engine) else url)
+    backend = resolved.get_backend_name()
+    context = _context(backend, clock, ids, max_json_chars, lock_timeout_ms)
+    upgrade = _upgrade_allowed(migrate, backend)
+    database_file = _database_file(resolved, create=upgrade)
     if isinstance(url, Engine):
         engine, owns_engine = url, False
-        resolve_url(engine.url)  # rejects engines of other databases and drivers
     else:
-        engine, owns_engine = build_engine(resolve_url(url)), True
+        engine, owns_engine = build_engine(resolved), True
     try:
-        backend = engine.dialect.name
-        context = _context(backend, clock, ids, max_json_chars, lock_timeout_ms)
-        upgrade = _upgrade_allowed(migrate, backend)
         try:
             migrations.ensure_schema(
                 engine, upgrade_allowed=upgrade, lock_timeout_ms=context.lock_timeout_ms
             )
         except DRIVER_FAILURES as error:
             raise _opening_failed(engine.url, error) from error
+        if database_file is not None:
+            database_file.check()
     except BaseException:
         if owns_engine:
             engine.dispose()
         raise
-    return Store(engine, context, owns_engine=owns_engine, serialize=is_sqlite_memory(engine.url))
+    return Store(
+        engine,
+        context,
+        owns_engine=owns_engine,
+        serialize=is_sqlite_memory(engine.url),
+        database_file=database_file,
+    )
 
 
 def create_async_store(
@@ -135,17 +155,20 @@ def create_async_store(
     schema is checked (or upgraded) before the first operation; use
     ``async with create_async_store(...) as store`` to have it checked at once.
     """
+    resolved = resolve_url(url.url if isinstance(url, AsyncEngine) else url)
+    backend = resolved.get_backend_name()
+    context = _context(backend, clock, ids, max_json_chars, lock_timeout_ms)
+    upgrade = _upgrade_allowed(migrate, backend)
+    database_file = _database_file(resolved, create=upgrade)
     if isinstance(url, AsyncEngine):
         engine, owns_engine = url, False
-        resolve_url(engine.url)
     else:
-        engine, owns_engine = build_async_engine(resolve_url(url)), True
-    backend = engine.dialect.name
-    context = _context(backend, clock, ids, max_json_chars, lock_timeout_ms)
+        engine, owns_engine = build_async_engine(resolved), True
     return AsyncStore(
         engine,
         context,
         owns_engine=owns_engine,
-        upgrade_schema=_upgrade_allowed(migrate, backend),
+        upgrade_schema=upgrade,
         serialize=is_sqlite_memory(async_url(engine.url)),
+        database_file=database_file,
     )

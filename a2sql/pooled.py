@@ -22,6 +22,7 @@ from a2sql import forks
 from a2sql.begin import begin_own, own_connection, prepare
 from a2sql.direct import DirectTransaction, can_run_directly, observed
 from a2sql.execute import Transaction
+from a2sql.sqlite_file import DatabaseFile
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -46,9 +47,12 @@ class _Kept(NamedTuple):
 class PooledTransactions:
     """Runs ``Store``'s transactions on ``engine``, keeping a few connections between them."""
 
-    def __init__(self, engine: Engine, *, lock_timeout_ms: int) -> None:
+    def __init__(
+        self, engine: Engine, *, lock_timeout_ms: int, database_file: DatabaseFile | None
+    ) -> None:
         self._engine = engine
         self._lock_timeout_ms = lock_timeout_ms
+        self._file = database_file
         self._sqlite = engine.dialect.name == "sqlite"
         self._direct = can_run_directly(engine)
         self._idle: list[_Kept] = []
@@ -66,7 +70,22 @@ class PooledTransactions:
     ) -> T:
         """``body(transaction, context, call)`` in one transaction: committed if it returns,
         rolled back if it raises. (Its arguments are passed on rather than bound in a
-        closure: this runs for every call.)"""
+        closure: this runs for every call.)
+
+        On a SQLite file, the file is checked before the transaction, and after one that
+        wrote: a write that went to a file deleted meanwhile is not reported done."""
+        database_file = self._file
+        if database_file is None:
+            return self._run(body, context, call, read_only=read_only)
+        database_file.check()
+        result = self._run(body, context, call, read_only=read_only)
+        if not read_only:
+            database_file.check()
+        return result
+
+    def _run(
+        self, body: Callable[[Transaction, C, A], T], context: C, call: A, *, read_only: bool
+    ) -> T:
         if self._direct and not observed(self._engine):
             pooled = self._take()
             try:

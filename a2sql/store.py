@@ -43,6 +43,7 @@ from a2sql.records import (
     StoredEvent,
     StoreTotals,
 )
+from a2sql.sqlite_file import DatabaseFile
 from a2sql.stream import EventStream
 from a2sql.wakeups import StoreWakeups
 
@@ -233,7 +234,13 @@ class Store(Operations):
     """A store of event sessions on one database. Create it with ``a2sql.create_store``."""
 
     def __init__(
-        self, engine: Engine, context: Context, *, owns_engine: bool, serialize: bool = False
+        self,
+        engine: Engine,
+        context: Context,
+        *,
+        owns_engine: bool,
+        serialize: bool = False,
+        database_file: DatabaseFile | None = None,
     ) -> None:
         self._engine = engine
         self._ctx = context
@@ -242,7 +249,10 @@ class Store(Operations):
         self._serial = threading.RLock() if serialize else None
         self._closed = False
         self._wakeups = StoreWakeups(engine)
-        self._pooled = PooledTransactions(engine, lock_timeout_ms=context.lock_timeout_ms)
+        self._file = database_file
+        self._pooled = PooledTransactions(
+            engine, lock_timeout_ms=context.lock_timeout_ms, database_file=database_file
+        )
         self.presence = Presence(self)
         self.inspect = Inspector(self)
 
@@ -294,6 +304,8 @@ class Store(Operations):
         """
         if self._closed:
             raise closed_store()
+        if self._file is not None:
+            self._file.check()
         # Only a2sql's own statements are mapped to A2Error: the caller's keep theirs.
         try:
             connection = own_connection(self._engine.connect())

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, create_engine, event, text
+from sqlalchemy import Connection, create_engine, event, make_url, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.util import await_only
@@ -338,6 +338,9 @@ def test_unmigrated_postgres_is_schema_mismatch_from_async_store(
 def test_failed_async_with_opening_leaves_no_connection_open(url: str) -> None:
     """`async with create_async_store(...)` that fails (SCHEMA_MISMATCH) releases the engine
     it made, as create_store does: the caller never gets the store to close (SPEC §2)."""
+
+    if url.startswith("sqlite"):
+        sqlite3.connect(make_url(url).database).close()  # empty: no a2sql schema
 
     async def scenario() -> None:
         store = a2sql.create_async_store(url, migrate=False)

@@ -479,7 +479,9 @@ def test_migrate_none_upgrades_sqlite(tmp_path: Path) -> None:
 
 
 def test_migrate_false_on_unmigrated_sqlite_is_schema_mismatch(tmp_path: Path) -> None:
-    """migrate=False only checks: an empty SQLite file raises SCHEMA_MISMATCH, unchanged."""
+    """migrate=False only checks: an empty SQLite file raises SCHEMA_MISMATCH, unchanged.
+    (A missing one is not created: tests/test_sqlite_file.py.)"""
+    sqlite3.connect(tmp_path / "a.db").close()
     url = f"sqlite:///{tmp_path / 'a.db'}"
     with pytest.raises(A2Error) as raised:
         a2sql.create_store(url, migrate=False)
