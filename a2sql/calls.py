@@ -77,13 +77,16 @@ class Context:
     lock_timeout_ms: int
 
     def now(self) -> datetime:
-        """The clock, read inside the transaction (after the session's lock), to the ms."""
+        """The clock, read inside the transaction (after the session's lock): UTC, to the ms."""
         if type(self.clock) is SystemClock:  # aware, UTC and to the ms already
             return self.clock.now()
         value = self.clock.now()
-        if not isinstance(value, datetime) or value.tzinfo is None:
+        if not isinstance(value, datetime) or value.utcoffset() is None:
             raise invalid("clock", "now() must return a timezone-aware datetime")
-        return truncate_ms(value)
+        try:
+            return truncate_ms(value)
+        except OverflowError:
+            raise invalid("clock", f"now() is outside years 1-9999 in UTC: {value}") from None
 
 
 # Call and ValidEvent are built on every call: named tuples, as a frozen

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from a2sql.errors import A2Error, ErrorCode
@@ -13,8 +13,13 @@ from a2sql.records import JSON, EventCause, StoredEvent
 
 
 def truncate_ms(value: datetime) -> datetime:
-    """Stored times have millisecond precision."""
-    return value - timedelta(microseconds=value.microsecond % 1000)
+    """An aware time as stored: in UTC, to the millisecond.
+
+    Cut in UTC, not in the value's own zone: a UTC offset may have a
+    sub-millisecond part, and every engine must keep the same instant.
+    """
+    utc = value.astimezone(UTC)
+    return utc - timedelta(microseconds=utc.microsecond % 1000)
 
 
 def encode_cause(cause: EventCause | None) -> str | None:

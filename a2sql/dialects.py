@@ -56,6 +56,7 @@ class Dialect:
         """Refuse the caller's transaction if its isolation level breaks a2sql's writes."""
 
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
+        """The latest of ``columns`` that are set; the first is never NULL."""
         raise NotImplementedError
 
     def unestimated(self, value: BindParameter[Any]) -> ColumnElement[Any]:
@@ -112,9 +113,11 @@ class SqliteDialect(Dialect):
         return True
 
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
-        # SQLite's scalar max() is NULL if any argument is; unset times count as 0.
+        # SQLite's scalar max() is NULL if any argument is: an unset time counts
+        # as the first (never unset), not as 0, which is 1970 and later than
+        # any time before it.
         first, *rest = columns
-        return func.max(first, *(func.coalesce(c, literal_column("0")) for c in rest))
+        return func.max(first, *(func.coalesce(c, first) for c in rest))
 
 
 class PostgresDialect(Dialect):

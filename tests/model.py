@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from a2sql.errors import ErrorCode
 from a2sql.records import (
@@ -62,8 +62,9 @@ class ReplayOrConflict:
 
 
 def truncate_ms(value: datetime) -> datetime:
-    """A time truncated to the whole millisecond the store keeps."""
-    return value.replace(microsecond=value.microsecond // 1000 * 1000)
+    """A time as the store keeps it: in UTC, truncated to the whole millisecond."""
+    utc = value.astimezone(UTC)
+    return utc.replace(microsecond=utc.microsecond // 1000 * 1000)
 
 
 def json_identical(a: object, b: object) -> bool:
