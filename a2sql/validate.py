@@ -8,7 +8,7 @@ against the size limit is the text that is stored.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -64,6 +64,15 @@ def name(value: object, argument: str) -> str:
         raise invalid(argument, f"must be at most {MAX_NAME_LENGTH} characters, got {len(value)}")
     _check_text(value, argument)
     return value
+
+
+def checked_ids(ids: Callable[[], object]) -> Callable[[], str]:
+    """``ids`` whose every event id is held to the rules of an id a caller gives."""
+
+    def make_id() -> str:
+        return name(ids(), "ids (the event id the ids callable returned)")
+
+    return make_id
 
 
 def optional_name(value: object, argument: str) -> str | None:
