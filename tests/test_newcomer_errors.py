@@ -6,6 +6,7 @@ be written, a store used after ``close()``.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,44 @@ def test_a_driver_a2sql_does_not_run_on_is_named(url: str) -> None:
     if url.startswith("postgresql"):
         assert "postgresql+psycopg" in message
         assert "pip install 'a2sql[postgres]'" in message
+
+
+MALFORMED_URLS = [
+    "postgresql://u@h:abc/db",  # a port that is not a number
+    "postgresql://u:secret@h:1e3/db",
+    "postgresql://u:secret@[::1/db",  # an IPv6 host without its closing bracket
+    "postgres://u:secret@[::1/db",
+    "postgresql://u:secret@h:99999/db",  # past the last port
+    "postgresql://u@h:0/db",
+]
+
+
+@pytest.mark.parametrize("url", MALFORMED_URLS)
+@pytest.mark.parametrize("facade", ["sync", "async"])
+def test_a_malformed_url_is_invalid_argument_naming_it_without_its_password(
+    url: str, facade: str
+) -> None:
+    opener = a2sql.create_store if facade == "sync" else a2sql.create_async_store
+    with pytest.raises(A2Error) as raised:
+        opener(url)
+    assert raised.value.code == ErrorCode.INVALID_ARGUMENT, raised.value
+    message = raised.value.message
+    assert message.startswith("url: "), message
+    assert "secret" not in message
+    assert url.replace(":secret@", ":***@").split("://")[1] in message, message
+
+
+def test_an_asyncio_sqlite_url_opens_a_sync_store_too(tmp_path: Path) -> None:
+    """sqlite+aiosqlite:// names a file: Store opens it with sqlite3, AsyncStore with aiosqlite."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'a2.db'}"
+    with a2sql.create_store(url) as store:
+        store.append("s", [NewEvent("t", 1, id="e1")])
+
+    async def read_async() -> list[str]:
+        async with a2sql.create_async_store(url) as async_store:
+            return [event.id for event in await async_store.read("s")]
+
+    assert asyncio.run(read_async()) == ["e1"]
 
 
 def test_psycopg_missing_says_what_to_install(tmp_path: Path) -> None:
