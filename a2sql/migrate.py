@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
 from importlib import resources
@@ -392,6 +392,16 @@ def _normalize_sql(fragment: str) -> str:
     return re.sub(r"\s+", " ", fragment.strip()).lower()
 
 
+def _pragma(connection: Connection, name: str, argument: str) -> Sequence[Any]:
+    """The rows of SQLite's ``pragma name(argument)``.
+
+    Through its table-valued function, with ``argument`` bound: a table or
+    index name of a database a2sql did not create may need quoting
+    (a space, a quote, a dash), and a bound value needs none.
+    """
+    return connection.exec_driver_sql(f"select * from pragma_{name}(?)", (argument,)).all()
+
+
 def sqlite_schema_signature(connection: Connection) -> dict[str, Any]:
     """Every a2 table's columns, STRICT flag and indexes, comparable across databases."""
     signature: dict[str, Any] = {}
@@ -403,19 +413,13 @@ def sqlite_schema_signature(connection: Connection) -> dict[str, Any]:
             continue
         columns = [
             (name, (decl or "").lower(), bool(notnull), default, pk)
-            for _cid, name, decl, notnull, default, pk in connection.exec_driver_sql(
-                f"pragma table_info({table})"
-            )
+            for _cid, name, decl, notnull, default, pk in _pragma(connection, "table_info", table)
         ]
         indexes: dict[str, Any] = {}
-        for _seq, index_name, unique, origin, _partial in connection.exec_driver_sql(
-            f"pragma index_list({table})"
-        ):
+        for _seq, index_name, unique, origin, _partial in _pragma(connection, "index_list", table):
             if origin == "pk":
                 continue
-            index_columns = [
-                row[2] for row in connection.exec_driver_sql(f"pragma index_info({index_name})")
-            ]
+            index_columns = [row[2] for row in _pragma(connection, "index_info", index_name)]
             sql = connection.exec_driver_sql(
                 "select sql from sqlite_master where type = 'index' and name = ?", (index_name,)
             ).scalar_one()

@@ -334,8 +334,20 @@ def _seed_variant(path: Path, change: str) -> None:
             " create index a2_events_unprocessed on a2_events (session_id, idx);",
             "a2_events_unprocessed",
         ),
+        # Index names that need quoting in SQL: read, not run as SQL.
+        ('create index "my index" on a2_events (lane);', "my index"),
+        ('create index "it\'s-an ""index""" on a2_events (lane);', "s-an"),
+        ('create index "a); drop table a2_events; --" on a2_events (lane);', "drop table"),
     ],
-    ids=["missing_index", "extra_column", "missing_table", "index_not_partial"],
+    ids=[
+        "missing_index",
+        "extra_column",
+        "missing_table",
+        "index_not_partial",
+        "extra_index_with_a_space",
+        "extra_index_with_quotes_and_a_dash",
+        "extra_index_named_like_sql",
+    ],
 )
 def test_create_store_rejects_seed_tables_that_differ_naming_the_difference(
     tmp_path: Path, change: str, named: str, migrate: bool | None
