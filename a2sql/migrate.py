@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Engine, column, create_engine, inspect, selec
 from sqlalchemy import table as table_clause
 from sqlalchemy.pool import StaticPool
 
+from a2sql import urls
 from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS, begin_own
 from a2sql.errors import A2Error, ErrorCode
 from a2sql.schema import TABLE_NAMES
@@ -43,7 +44,7 @@ APP_VERSION_TABLE = "alembic_version"  # an application's own Alembic history, b
 
 def shown_url(connection: Connection) -> str:
     """The database's URL as messages show it: password hidden."""
-    return connection.engine.url.render_as_string(hide_password=True)
+    return urls.shown_url(connection.engine.url)
 
 
 def upgrade_hint(connection: Connection) -> str:

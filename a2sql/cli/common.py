@@ -14,6 +14,7 @@ from sqlalchemy import URL
 
 from a2sql.config import DEFAULT_URL, ENV_URL, is_sqlite_memory, resolve_url
 from a2sql.store import Store
+from a2sql.urls import shown_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,7 +53,7 @@ def json_option(function: F) -> F:
 
 def shown(url: str | None) -> str:
     """The URL a command works on, as ``create_store`` resolves it, password hidden."""
-    return resolve_url(url).render_as_string(hide_password=True)
+    return shown_url(resolve_url(url))
 
 
 def existing(url: str | None, role: str = "database") -> URL:
@@ -67,10 +68,9 @@ def existing(url: str | None, role: str = "database") -> URL:
         and resolved != resolve_url(DEFAULT_URL)
         and not Path(database).exists()
     ):
-        shown_url = resolved.render_as_string(hide_password=True)
+        where = shown_url(resolved)
         raise CommandFailed(
-            f"{role} {shown_url}: no such database file "
-            f"(`a2sql migrate --url {shown_url}` creates one)",
+            f"{role} {where}: no such database file (`a2sql migrate --url {where}` creates one)",
             CANNOT_RUN,
         )
     return resolved

@@ -14,11 +14,12 @@ from a2sql.cli.common import CANNOT_RUN, CommandFailed, existing, json_option, p
 from a2sql.cli.output import Output
 from a2sql.config import build_engine, resolve_url
 from a2sql.store import Store
+from a2sql.urls import shown_url
 
 
 def _engine(url: str, role: str) -> tuple[Engine, str]:
     resolved = existing(url, role)
-    return build_engine(resolved), resolved.render_as_string(hide_password=True)
+    return build_engine(resolved), shown_url(resolved)
 
 
 @contextmanager

@@ -8,6 +8,7 @@ from a2sql import migrate as migrations
 from a2sql.cli.common import CommandFailed, existing, json_option, url_option
 from a2sql.cli.output import Output
 from a2sql.config import build_engine, resolve_url
+from a2sql.urls import shown_url
 
 
 @click.command()
@@ -36,7 +37,7 @@ def migrate(url: str | None, revision: str, check: bool, offline: bool, as_json:
     out = Output(as_json=as_json)
     # A check only reads: it must not leave a new, empty file behind.
     resolved = existing(url) if check else resolve_url(url)
-    shown = resolved.render_as_string(hide_password=True)
+    shown = shown_url(resolved)
     engine = build_engine(resolved)
     try:
         head = migrations.head_revision()
@@ -81,7 +82,7 @@ def stamp(revision: str, url: str | None, as_json: bool) -> None:
     """
     out = Output(as_json=as_json)
     resolved = existing(url)
-    shown = resolved.render_as_string(hide_password=True)
+    shown = shown_url(resolved)
     engine = build_engine(resolved)
     try:
         before = migrations.stamp_database(engine, revision)
