@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 
 from sqlalchemy import exc as sa_exc
@@ -95,6 +96,20 @@ DRIVER_FAILURES: tuple[type[BaseException], ...] = (
     sa_exc.TimeoutError,
     OSError,
 )
+
+
+# How many items a message names before it only counts the rest: a failed
+# batch of thousands of ids must not make a message of megabytes.
+LISTED_AT_MOST = 10
+
+
+def listed(items: Sequence[object], *, at_most: int = LISTED_AT_MOST) -> str:
+    """``items`` as a message names them: the first ``at_most`` (repr), then how many more."""
+    if not items:
+        return "none"
+    named = ", ".join(repr(item) for item in items[:at_most])
+    rest = len(items) - at_most
+    return f"{named} and {rest} more" if rest > 0 else named
 
 
 def closed_store() -> A2Error:

@@ -13,6 +13,7 @@ from a2sql import transfer
 from a2sql.cli.common import CANNOT_RUN, CommandFailed, existing, json_option, plural
 from a2sql.cli.output import Output
 from a2sql.config import build_engine, resolve_url
+from a2sql.errors import listed
 from a2sql.store import Store
 from a2sql.urls import shown_url
 
@@ -77,12 +78,11 @@ def copy(
         summaries = list(transfer.source_sessions(source, prefix))
         plan = transfer.plan(source, destination, summaries)
         if plan.different and not skip_existing:
-            names = ", ".join(repr(s) for s in plan.different[:5])
-            more = f" and {len(plan.different) - 5} more" if len(plan.different) > 5 else ""
             raise CommandFailed(
                 f"the destination has {plural(len(plan.different), 'session')} that "
                 f"{'differs' if len(plan.different) == 1 else 'differ'} from the source "
-                f"({names}{more}): nothing copied; pass --skip-existing to copy the others",
+                f"({listed(plan.different)}): nothing copied; "
+                "pass --skip-existing to copy the others",
                 CANNOT_RUN,
             )
         with out.progress("copying sessions", len(plan.to_copy)) as advance:
