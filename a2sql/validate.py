@@ -83,9 +83,10 @@ def text(value: object, argument: str, limits: Limits) -> str:
     """Free text such as an error message: any length up to the JSON size limit."""
     if not isinstance(value, str):
         raise invalid(argument, f"must be a str, got {type(value).__name__}")
-    _check_text(value, argument)
+    # The length first: checking the characters of a huge text encodes it.
     if len(value) > limits.max_json_chars:
         raise invalid(argument, f"must be at most {limits.max_json_chars} characters")
+    _check_text(value, argument)
     return value
 
 
@@ -162,47 +163,68 @@ def short_sequence(value: object, argument: str, *, limit: int) -> Sequence[Any]
 _LEAVES = frozenset({str, bool, type(None)})
 
 
-def _check_json(value: object, argument: str, depth: int) -> None:
+def _leaf_size(leaf: object) -> int:
+    """The fewest characters a leaf encodes to: a str its quotes and characters
+    (escapes only add), ``null``/``true``/``false`` at least 4."""
+    return len(leaf) + 2 if isinstance(leaf, str) else 4
+
+
+def _check_json(value: object, argument: str, depth: int) -> int:
+    """Check that ``value`` is JSON; return a lower bound of its encoded length.
+
+    The bound costs no encoding: a value far over the size limit is refused
+    before the encoder makes (and the limit measures) text of its size.
+    """
     # Exact types first: a payload is mostly dicts, lists, strings and numbers.
     if type(value) in _LEAVES:
-        return
+        return _leaf_size(value)
     if type(value) is int:
         if value.bit_length() > MAX_JSON_INT_BITS:
             raise invalid(argument, "holds an integer too large to store")
-        return
+        return 1
     if type(value) is float:
         if not math.isfinite(value):
             raise invalid(argument, f"holds a non-finite float ({value})")
-        return
+        return 1
     if type(value) is dict or type(value) is list:
         if depth >= MAX_JSON_DEPTH:
             raise invalid(argument, f"is nested deeper than {MAX_JSON_DEPTH} levels")
         items: Iterable[object] = value
+        # A lower bound of the encoded length: the brackets and separators,
+        # every item at least one character (a string its characters more, a
+        # container its own bound), every key its characters, quotes and colon.
+        size = 2 * len(value) + 1
         if type(value) is dict:
             for key in value:
                 if not isinstance(key, str):
                     raise invalid(argument, f"has a non-str object key ({type(key).__name__})")
+            size += sum(map(len, value)) + 3 * len(value)
             items = value.values()
         for item in items:
-            if type(item) not in _LEAVES:
-                _check_json(item, argument, depth + 1)
-        return
+            if type(item) is str:
+                size += len(item)
+            elif type(item) not in _LEAVES:
+                size += _check_json(item, argument, depth + 1) - 1
+        return size
     # Subclasses of str, int and float (enums, say) are JSON as their base
     # type; of list and dict they are not.
     if isinstance(value, str):
-        return
+        return len(value) + 2
     if isinstance(value, int):
-        _check_json(int(value), argument, depth)
-        return
+        return _check_json(int(value), argument, depth)
     if isinstance(value, float):
-        _check_json(float(value), argument, depth)
-        return
+        return _check_json(float(value), argument, depth)
     raise invalid(argument, f"is not JSON: holds a {type(value).__name__}")
 
 
 def json_value(value: object, argument: str, limits: Limits) -> str:
     """Check that ``value`` is JSON and return its encoded text."""
-    _check_json(value, argument, 0)
+    at_least = _check_json(value, argument, 0)
+    if at_least > limits.max_json_chars:
+        raise invalid(
+            argument,
+            f"encodes to at least {at_least} characters, over the {limits.max_json_chars} limit",
+        )
     encoded = encode_json(value)
     if not encoded.isascii():
         try:
