@@ -97,6 +97,11 @@ AWKWARD_TEXT = [
     "y" * 256,
 ]
 huge_text = st.sampled_from(["x", "'\"%_\\", "\x00", "\ud800"]).map(ten_mb_of)
+# Past the 4,300 digits Python refuses to print: messages must still be made.
+# Built on demand, as hypothesis prints its strategies.
+huge_ints = st.sampled_from([5000, -5000, 100_000]).map(
+    lambda d: 10 ** abs(d) * (1 if d > 0 else -1)
+)
 NUMBERS = [
     0,
     -1,
@@ -111,6 +116,9 @@ NUMBERS = [
     2**64,
     10**4000,
     -(10**4000),
+    1e300,
+    -1e300,
+    5e-324,
     -0.0,
     1e308,
     float("nan"),
@@ -168,6 +176,7 @@ scalars = st.one_of(
     huge_text,
     st.sampled_from([255, 256, 257]).map(_nested),
     st.sampled_from(NUMBERS),
+    huge_ints,
     st.sampled_from(DATETIMES),
     st.datetimes(),
     st.datetimes(timezones=st.timezones()),
@@ -258,7 +267,8 @@ def _kw(**strategies: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any
 
 
 def _stream(store: Store, a: dict[str, Any]) -> object:
-    store.stream(a["session_id"], start_after=a["start_after"]).close()
+    interval = a.get("poll_interval")
+    store.stream(a["session_id"], start_after=a["start_after"], poll_interval=interval).close()
     return None
 
 
@@ -467,7 +477,11 @@ METHODS = [
     ),
     Method(
         "stream",
-        _kw(session_id=either(names), start_after=either(st.integers(min_value=0, max_value=6))),
+        _kw(
+            session_id=either(names),
+            start_after=either(st.integers(min_value=0, max_value=6)),
+            poll_interval=either(st.none() | st.floats(min_value=0.01, max_value=86_400)),
+        ),
         _stream,
         reads_only=True,
     ),
@@ -670,6 +684,82 @@ EXPLICIT: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "nesting-5000": ("append", {"session_id": "s", "events": [NewEvent("t", _nested(5000))]}),
     "int-with-5000-digits": ("append", {"session_id": "s", "events": [NewEvent("t", 10**5000)]}),
+    "int-with-100000-digits-in-a-payload": (
+        "append",
+        {"session_id": "s", "events": [NewEvent("t", {"n": [1, -(10**100_000)]})]},
+    ),
+    "largest-storable-int": (
+        "append",
+        {"session_id": "s", "events": [NewEvent("t", {"n": 2**13_000 - 1, "m": -(2**13_000 - 1)})]},
+    ),
+    "after-index-with-5000-digits": (
+        "read",
+        {"session_id": "s", "after": 10**5000, "through": None},
+    ),
+    "ttl-with-100000-digits": (
+        "claim_available",
+        {
+            "session_id": "free",
+            "holder": "h",
+            "ttl_ms": 10**100_000,
+            "expires_at": None,
+            "exclude": [],
+        },
+    ),
+    "ttl-1e300": (
+        "claim_available",
+        {"session_id": "free", "holder": "h", "ttl_ms": 1e300, "expires_at": None, "exclude": []},
+    ),
+    "exclude-index-with-5000-digits": (
+        "claim_available",
+        {
+            "session_id": "free",
+            "holder": "h",
+            "ttl_ms": 1000,
+            "expires_at": None,
+            "exclude": [10**5000],
+        },
+    ),
+    "seen-with-5000-digits": (
+        "presence.set",
+        {
+            "ns": "ns",
+            "participant": "q",
+            "values": {"f": 1},
+            "at": AT,
+            "seen": -(10**5000),
+            "ttl_ms": 1000,
+        },
+    ),
+    "max-failures-with-100000-digits": (
+        "fail_attempt",
+        {"session_id": "s", "index": 1, "attempt": 1, "error": "e", "max_failures": 10**100_000},
+    ),
+    "limit-nan": (
+        "inspect.list_sessions",
+        {"prefix": "", "cursor": None, "limit": float("nan")},
+    ),
+    "limit-inf": (
+        "inspect.read_events",
+        {"session_id": "s", "after": 0, "through": None, "limit": float("inf")},
+    ),
+    **{
+        f"poll-interval-{label}": (
+            "stream",
+            {"session_id": "s", "start_after": 0, "poll_interval": interval},
+        )
+        for label, interval in {
+            "10**400": 10**400,
+            "10**5000": 10**5000,
+            "1e300": 1e300,
+            "inf": float("inf"),
+            "nan": float("nan"),
+            "negative-zero": -0.0,
+            "a-day": 86_400,
+            "a-day-and-a-bit": 86_400.001,
+            "smallest-float": 5e-324,
+        }.items()
+    },
 }
 BY_NAME = {method.name: method for method in METHODS}
 
