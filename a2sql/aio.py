@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
+from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from a2sql import calls
@@ -242,6 +244,7 @@ class AsyncStore(AsyncOperations):
         upgrade_schema: bool,
         serialize: bool = False,
         database_file: DatabaseFile | None = None,
+        listen_url: URL | None = None,
     ) -> None:
         self._engine = engine
         self._file = database_file
@@ -255,9 +258,13 @@ class AsyncStore(AsyncOperations):
             asyncio.Lock() if serialize else nullcontext()
         )
         self._closed = False
-        self._wakeups = StoreWakeups(engine.sync_engine)
+        self._wakeups = StoreWakeups(engine.sync_engine, listen_url)
         self.presence = AsyncPresence(self)
         self.inspect = AsyncInspector(self)
+        # As Store's: dropped without close(), the store stops its listener
+        # (thread and connection) when collected. Its engine's pool is left
+        # to the garbage collector: closing asyncio connections needs a loop.
+        self._release = weakref.finalize(self, self._wakeups.stop, wait=False)
 
     @property
     def engine(self) -> AsyncEngine:
@@ -384,6 +391,7 @@ class AsyncStore(AsyncOperations):
         if self._closed:
             return
         self._closed = True
+        self._release.detach()
         await asyncio.to_thread(self._wakeups.stop)
         if self._owns_engine:
             await self._engine.dispose()

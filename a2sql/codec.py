@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -70,7 +69,7 @@ def decode_ids(text: str | None, where: str) -> list[str] | None:
 
 def canonical_json(value: JSON) -> str:
     """Equal for equal JSON values, types kept: ``1``, ``1.0`` and ``true`` differ."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return encode_json(value, sort_keys=True)
 
 
 def _where(session_id: str, index: int) -> str:

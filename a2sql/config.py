@@ -10,9 +10,10 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
-from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS, POSTGRES_ISOLATION
+from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS, POSTGRES_ISOLATION, UNPREPARED
 from a2sql.errors import A2Error, invalid
 from a2sql.sqlite_file import file_of, make_ready
+from a2sql.urls import shown_url, shown_url_text
 
 ENV_URL = "A2SQL_DATABASE_URL"
 DEFAULT_URL = "sqlite:///.a2/dev.db"
@@ -25,33 +26,54 @@ SUPPORTED_DRIVERS = {"sqlite": ("pysqlite", "aiosqlite"), "postgresql": ("psycop
 def resolve_url(url: str | URL | None) -> URL:
     """The URL a store opens: the argument, else ``A2SQL_DATABASE_URL``, else ``.a2/dev.db``.
 
-    ``postgresql://`` and ``postgres://`` are taken to mean psycopg 3.
+    ``postgresql://`` and ``postgres://`` are taken to mean psycopg 3;
+    ``sqlite+aiosqlite://`` names the same file as ``sqlite://`` (a ``Store``
+    opens it with sqlite3, an ``AsyncStore`` with aiosqlite). Anything a2sql
+    cannot open is ``INVALID_ARGUMENT`` naming the URL, password hidden.
     """
     if url is None:
         url = os.environ.get(ENV_URL) or DEFAULT_URL
-    if isinstance(url, str):
-        if url.startswith("postgres://"):
-            url = "postgresql://" + url[len("postgres://") :]
-        try:
-            parsed = make_url(url)
-        except ArgumentError as error:
-            raise invalid("url", f"is not a database URL: {error}") from None
-    else:
-        parsed = url
+    parsed = _parsed(url) if isinstance(url, str) else url
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
-    backend = parsed.get_backend_name()
+    elif parsed.drivername == "sqlite+aiosqlite":
+        parsed = parsed.set(drivername="sqlite")
+    _check_driver(parsed)
+    if parsed.port is not None and not 1 <= parsed.port <= MAX_PORT:
+        raise invalid("url", f"{shown_url(parsed)}: the port must be 1 to {MAX_PORT}")
+    return parsed
+
+
+# TCP ports are 16 bits; port 0 means "any" and no server listens there.
+MAX_PORT = 65_535
+
+
+def _parsed(text: str) -> URL:
+    if text.startswith("postgres://"):
+        text = "postgresql://" + text[len("postgres://") :]
+    try:
+        return make_url(text)
+    except ArgumentError:
+        problem = "it is not a database URL (dialect+driver://user:password@host:port/database)"
+    except ValueError:  # SQLAlchemy's int() of what it took for the port
+        problem = (
+            "its host and port do not parse (a port is a number; an IPv6 host "
+            "is written in brackets, as in [::1]:5432)"
+        )
+    raise invalid("url", f"{shown_url_text(text)}: {problem}")
+
+
+def _check_driver(url: URL) -> None:
+    backend = url.get_backend_name()
     if backend not in SUPPORTED_DRIVERS:
-        raise invalid("url", f"a2sql supports sqlite and postgresql, not {parsed.drivername!r}")
-    driver = parsed.get_driver_name()
-    if driver not in SUPPORTED_DRIVERS[backend]:
+        raise invalid("url", f"a2sql supports sqlite and postgresql, not {url.drivername!r}")
+    if url.get_driver_name() not in SUPPORTED_DRIVERS[backend]:
         supported = " or ".join(f"{backend}+{name}" for name in SUPPORTED_DRIVERS[backend])
         raise invalid(
             "url",
-            f"a2sql runs {backend} on {supported}, not {parsed.drivername!r}"
+            f"a2sql runs {backend} on {supported}, not {url.drivername!r}"
             + (" (psycopg 3: pip install 'a2sql[postgres]')" if backend == "postgresql" else ""),
         )
-    return parsed
 
 
 def is_sqlite_memory(url: URL) -> bool:
@@ -61,7 +83,10 @@ def is_sqlite_memory(url: URL) -> bool:
 def _engine_arguments(url: URL) -> dict[str, Any]:
     """Keyword arguments for ``create_engine`` / ``create_async_engine`` of ``url``."""
     if url.get_backend_name() != "sqlite":
-        return {"isolation_level": POSTGRES_ISOLATION}
+        return {
+            "isolation_level": POSTGRES_ISOLATION,
+            "connect_args": {"prepare_threshold": UNPREPARED},
+        }
     if is_sqlite_memory(url):
         # One connection for the engine's lifetime: every operation sees the
         # same in-memory database.

@@ -8,6 +8,7 @@ from sqlalchemy import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from a2sql import migrate as migrations
+from a2sql import validate
 from a2sql.aio import AsyncStore
 from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS
 from a2sql.calls import Context
@@ -23,6 +24,7 @@ from a2sql.dialects import dialect_named
 from a2sql.errors import DRIVER_FAILURES, A2Error, from_driver_error, invalid
 from a2sql.sqlite_file import DatabaseFile, file_of, make_ready
 from a2sql.store import Store
+from a2sql.urls import shown_url
 from a2sql.validate import DEFAULT_MAX_JSON_CHARS, Limits
 
 
@@ -39,13 +41,31 @@ def _context(
         or (max_json_chars < 1)
     ):
         raise invalid("max_json_chars", "must be a positive int")
-    return Context(
+    context = Context(
         dialect=dialect_named(backend),
-        clock=clock or SystemClock(),
-        ids=ids or uuid7_id,
+        clock=SystemClock() if clock is None else _usable_clock(clock),
+        ids=uuid7_id if ids is None else _usable_ids(ids),
         limits=Limits(max_json_chars=max_json_chars),
         lock_timeout_ms=_lock_timeout(lock_timeout_ms),
     )
+    context.now()  # a clock that gives no aware datetime fails here, not mid-operation
+    return context
+
+
+def _usable_clock(clock: object) -> Clock:
+    if not callable(getattr(clock, "now", None)):
+        raise invalid(
+            "clock",
+            "must have a now() method returning a timezone-aware datetime (a2sql.Clock), "
+            f"got {type(clock).__name__}",
+        )
+    return clock  # type: ignore[return-value]
+
+
+def _usable_ids(ids: object) -> Callable[[], str]:
+    if not callable(ids):
+        raise invalid("ids", f"must be a callable returning an event id, got {type(ids).__name__}")
+    return validate.checked_ids(ids)
 
 
 # PostgreSQL's lock_timeout is a 32-bit count of milliseconds.
@@ -85,6 +105,24 @@ def _upgrade_allowed(migrate: object, backend: str) -> bool:
     return backend == "sqlite" if migrate is None else migrate
 
 
+def _listen_url(listen: object, url: URL) -> URL | None:
+    """Where the store's PostgreSQL listener connects: ``None`` for nowhere."""
+    if listen is True:
+        return url if url.get_backend_name() == "postgresql" else None
+    if listen is False:
+        return None
+    if not isinstance(listen, (str, URL)):
+        raise invalid("listen", f"must be True, False or a database URL, got {listen!r}")
+    resolved = resolve_url(listen)
+    if url.get_backend_name() != "postgresql" or resolved.get_backend_name() != "postgresql":
+        raise invalid(
+            "listen",
+            "a URL to LISTEN through is for a PostgreSQL store, and names the same "
+            f"PostgreSQL database (got {shown_url(resolved)})",
+        )
+    return resolved
+
+
 def create_store(
     url: str | URL | Engine | None = None,
     *,
@@ -93,6 +131,7 @@ def create_store(
     migrate: bool | None = None,
     max_json_chars: int = DEFAULT_MAX_JSON_CHARS,
     lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+    listen: bool | str | URL = True,
 ) -> Store:
     """Open a store.
 
@@ -108,10 +147,19 @@ def create_store(
     own that sits idle that long (a frozen process) is ended by the server,
     freeing the session. The caller's transactions (``using``) keep their own
     settings.
+
+    ``listen`` (PostgreSQL): how streams and idle workers learn of other
+    processes' commits. ``True`` LISTENs on a connection of the store's own
+    to ``url``; a URL LISTENs there instead: a direct connection to the same
+    database, for a store whose ``url`` goes through a transaction pooler
+    such as PgBouncer (LISTEN does not survive transaction pooling);
+    ``False`` does not listen: they see such commits at their next poll.
+    Commits through stores of the same process wake them either way.
     """
     resolved = resolve_url(url.url if isinstance(url, Engine) else url)
     backend = resolved.get_backend_name()
     context = _context(backend, clock, ids, max_json_chars, lock_timeout_ms)
+    listen_url = _listen_url(listen, resolved)
     upgrade = _upgrade_allowed(migrate, backend)
     database_file = _database_file(resolved, create=upgrade)
     if isinstance(url, Engine):
@@ -137,6 +185,7 @@ def create_store(
         owns_engine=owns_engine,
         serialize=is_sqlite_memory(engine.url),
         database_file=database_file,
+        listen_url=listen_url,
     )
 
 
@@ -148,6 +197,7 @@ def create_async_store(
     migrate: bool | None = None,
     max_json_chars: int = DEFAULT_MAX_JSON_CHARS,
     lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+    listen: bool | str | URL = True,
 ) -> AsyncStore:
     """Open an ``AsyncStore``: the arguments of ``create_store``, an ``AsyncEngine`` for an engine.
 
@@ -158,6 +208,7 @@ def create_async_store(
     resolved = resolve_url(url.url if isinstance(url, AsyncEngine) else url)
     backend = resolved.get_backend_name()
     context = _context(backend, clock, ids, max_json_chars, lock_timeout_ms)
+    listen_url = _listen_url(listen, resolved)
     upgrade = _upgrade_allowed(migrate, backend)
     database_file = _database_file(resolved, create=upgrade)
     if isinstance(url, AsyncEngine):
@@ -171,4 +222,5 @@ def create_async_store(
         upgrade_schema=upgrade,
         serialize=is_sqlite_memory(async_url(engine.url)),
         database_file=database_file,
+        listen_url=listen_url,
     )

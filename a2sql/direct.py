@@ -30,6 +30,8 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from a2sql.begin import UNPREPARED
+
 Params = Mapping[str, Any]
 Row = tuple[Any, ...]
 Processor = Callable[[Any], Any]
@@ -222,7 +224,16 @@ _prepared: dict[tuple[str, int], _Prepared] = {}
 class DirectTransaction:
     """One a2sql transaction on a pooled driver connection's cursor."""
 
-    __slots__ = ("_cursor", "_dialect", "_engine", "_error", "_level", "_pooled", "sqlite")
+    __slots__ = (
+        "_cursor",
+        "_dialect",
+        "_engine",
+        "_error",
+        "_level",
+        "_pooled",
+        "_threshold",
+        "sqlite",
+    )
 
     def __init__(self, engine: Engine, pooled: PoolProxiedConnection) -> None:
         self._engine = engine
@@ -231,8 +242,10 @@ class DirectTransaction:
         self._error: type[Exception] = self._dialect.loaded_dbapi.Error
         self.sqlite = self._dialect.name == "sqlite"
         self._cursor = pooled.cursor()
-        # The isolation level to put back (psycopg), if a2sql changed it.
+        # The isolation level and prepare threshold to put back (psycopg), if
+        # a2sql changed them.
         self._level: Any = _UNCHANGED
+        self._threshold: Any = _UNCHANGED
 
     def _prepare(self, statement: Executable) -> _Prepared:
         key = (self._dialect.driver, id(statement))
@@ -254,6 +267,10 @@ class DirectTransaction:
         if level != read_committed:
             connection.isolation_level = read_committed
             self._level = level
+        threshold = connection.prepare_threshold
+        if threshold is not UNPREPARED:  # an application's engine (a2sql.begin.UNPREPARED)
+            connection.prepare_threshold = UNPREPARED
+            self._threshold = threshold
 
     def commit(self) -> None:
         if self.sqlite:
@@ -316,6 +333,8 @@ class DirectTransaction:
         if self._level is not _UNCHANGED:
             with suppress(Exception):  # a lost connection is not reused
                 self._pooled.dbapi_connection.isolation_level = self._level  # type: ignore[union-attr]
+        if self._threshold is not _UNCHANGED:
+            self._pooled.dbapi_connection.prepare_threshold = self._threshold  # type: ignore[union-attr]
 
     def scalar(self, sql: str) -> Any:
         """The first column of the first row of SQL text (``None`` without rows)."""

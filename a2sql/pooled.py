@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from a2sql import forks
-from a2sql.begin import begin_own, own_connection, prepare
+from a2sql.begin import begin_own, own_connection, prepare, unprepared
 from a2sql.direct import DirectTransaction, can_run_directly, observed
 from a2sql.execute import Transaction
 from a2sql.sqlite_file import DatabaseFile
@@ -28,8 +28,11 @@ T = TypeVar("T")
 C = TypeVar("C")
 A = TypeVar("A")
 
-# Idle connections a store keeps; more concurrent calls check out more and
-# give the extra back to the pool.
+# Idle connections a store keeps on an engine of its own; more concurrent
+# calls check out more and give the extra back to the pool. On the
+# application's engine a store keeps none: that pool is shared with the
+# application and any other store on it, and what one store keeps idle
+# another cannot have.
 KEEP_IDLE = 4
 # A connection idle longer than this goes back to the pool before its next
 # use, so the pool's own checks (pre-ping, recycle, invalidation after a
@@ -48,9 +51,15 @@ class PooledTransactions:
     """Runs ``Store``'s transactions on ``engine``, keeping a few connections between them."""
 
     def __init__(
-        self, engine: Engine, *, lock_timeout_ms: int, database_file: DatabaseFile | None
+        self,
+        engine: Engine,
+        *,
+        lock_timeout_ms: int,
+        database_file: DatabaseFile | None,
+        keep_idle: int = KEEP_IDLE,
     ) -> None:
         self._engine = engine
+        self._keep_idle = keep_idle
         self._lock_timeout_ms = lock_timeout_ms
         self._file = database_file
         self._sqlite = engine.dialect.name == "sqlite"
@@ -94,7 +103,8 @@ class PooledTransactions:
                 self._give_back(pooled)
         with own_connection(self._engine.connect()) as connection, connection.begin():
             begin_own(connection, read_only=read_only, busy_timeout_ms=self._lock_timeout_ms)
-            return body(connection, context, call)
+            with unprepared(connection):
+                return body(connection, context, call)
 
     def _run_direct(
         self,
@@ -159,7 +169,7 @@ class PooledTransactions:
             # Lost: the idle ones are likely as dead (a server restart, say).
             pooled.close()
             self._drop_idle()
-        elif self._closed or len(self._idle) >= KEEP_IDLE:
+        elif self._closed or len(self._idle) >= self._keep_idle:
             pooled.close()
         else:
             self._idle.append(_Kept(pooled, time.monotonic()))

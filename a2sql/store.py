@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from types import TracebackType
 from typing import TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import URL, Connection, Engine
 
 from a2sql import calls
 from a2sql.begin import begin_own, own_connection
 from a2sql.calls import Call, Context, Done, run_in_savepoint, run_in_transaction
 from a2sql.clock import Clock
 from a2sql.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
-from a2sql.pooled import PooledTransactions
+from a2sql.pooled import KEEP_IDLE, PooledTransactions
 from a2sql.records import (
     JSON,
     AppendResult,
@@ -241,6 +242,7 @@ class Store(Operations):
         owns_engine: bool,
         serialize: bool = False,
         database_file: DatabaseFile | None = None,
+        listen_url: URL | None = None,
     ) -> None:
         self._engine = engine
         self._ctx = context
@@ -248,13 +250,23 @@ class Store(Operations):
         # A memory database is a single connection: one transaction at a time.
         self._serial = threading.RLock() if serialize else None
         self._closed = False
-        self._wakeups = StoreWakeups(engine)
+        self._wakeups = StoreWakeups(engine, listen_url)
         self._file = database_file
         self._pooled = PooledTransactions(
-            engine, lock_timeout_ms=context.lock_timeout_ms, database_file=database_file
+            engine,
+            lock_timeout_ms=context.lock_timeout_ms,
+            database_file=database_file,
+            keep_idle=KEEP_IDLE if owns_engine else 0,
         )
         self.presence = Presence(self)
         self.inspect = Inspector(self)
+        # A store dropped without close() releases what it holds when it is
+        # collected: the listener's thread and connection, the connections it
+        # keeps, and its own engine's pool. (The finalizer holds none of it
+        # through the store: the store itself stays collectable.)
+        self._release = weakref.finalize(
+            self, _release, self._wakeups, self._pooled, engine if owns_engine else None
+        )
 
     @property
     def engine(self) -> Engine:
@@ -365,9 +377,7 @@ class Store(Operations):
             return
         self._closed = True
         self._wakeups.stop()
-        self._pooled.close()
-        if self._owns_engine:
-            self._engine.dispose()
+        self._release()
 
     def __enter__(self) -> Store:
         return self
@@ -379,6 +389,14 @@ class Store(Operations):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _release(wakeups: StoreWakeups, pooled: PooledTransactions, engine: Engine | None) -> None:
+    """What closing a store releases (``engine``: its own, else ``None``)."""
+    wakeups.stop(wait=False)
+    pooled.close()
+    if engine is not None:
+        engine.dispose()
 
 
 class UsingConnection(Operations):

@@ -12,7 +12,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 
-from sqlalchemy import Engine
+from sqlalchemy import URL, Engine
 
 from a2sql import forks
 
@@ -96,9 +96,10 @@ class PostgresListener:
     database, since notifications sent meanwhile are gone.
     """
 
-    def __init__(self, engine: Engine, database: str) -> None:
+    def __init__(self, engine: Engine, database: str, url: URL) -> None:
         self._engine = engine
         self._database = database
+        self._url = url
         self._stop = threading.Event()
         self._started = False
         self._lock = threading.Lock()
@@ -118,17 +119,19 @@ class PostgresListener:
                 self._started = True
                 self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
+        """End the thread (it closes its connection): at once if ``wait``, else at its
+        next tick."""
         if self.inherited:
             return
         self._stop.set()
-        if self._started:
+        if wait and self._started and self._thread is not threading.current_thread():
             self._thread.join(timeout=LISTEN_TICK_S * 4)
 
     def _connect(self) -> object:
         import psycopg
 
-        args, kwargs = self._engine.dialect.create_connect_args(self._engine.url)
+        args, kwargs = self._engine.dialect.create_connect_args(self._url)
         kwargs.pop("context", None)
         return psycopg.connect(*args, autocommit=True, **kwargs)
 
@@ -156,13 +159,16 @@ class PostgresListener:
 
 class StoreWakeups:
     """One store's wake-ups: ``LOCAL`` for its database and, on PostgreSQL, a LISTEN
-    connection of its own, started by the first stream or watcher. ``Store`` and
-    ``AsyncStore`` each hold one."""
+    connection of its own to ``listen_url``, started by the first stream or watcher;
+    with no ``listen_url``, other processes' commits are seen at the next poll.
+    ``Store`` and ``AsyncStore`` each hold one."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, listen_url: URL | None) -> None:
         self._engine = engine
+        self._listen_url = listen_url
         self.database = database_key(engine)
         self._listener: PostgresListener | None = None
+        self._told = False
 
     def wake(self, session_id: str) -> None:
         """This process's subscribers of ``session_id`` (and watchers) may read again."""
@@ -170,10 +176,20 @@ class StoreWakeups:
 
     def listen(self) -> None:
         """Make sure other processes' commits reach this process too (PostgreSQL)."""
+        if self._engine.dialect.name != "postgresql":
+            return
+        if self._listen_url is None:
+            if not self._told:
+                self._told = True
+                log.info(
+                    "a2sql: no LISTEN (create_store(listen=False)): streams and idle workers "
+                    "see other processes' commits at their next poll"
+                )
+            return
         listener = self._listener
         # A forked child listens on a connection of its own.
-        if (listener is None or listener.inherited) and self._engine.dialect.name == "postgresql":
-            self._listener = PostgresListener(self._engine, self.database)
+        if listener is None or listener.inherited:
+            self._listener = PostgresListener(self._engine, self.database, self._listen_url)
             self._listener.start()
 
     def subscribe(self, session_id: str, callback: Callable[[], None]) -> Callable[[], None]:
@@ -184,6 +200,7 @@ class StoreWakeups:
         self.listen()
         return LOCAL.subscribe(self.database, ALL_SESSIONS, callback)
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
+        """Stop listening; ``wait``: until the listener's connection is closed."""
         if self._listener is not None:
-            self._listener.stop()
+            self._listener.stop(wait=wait)

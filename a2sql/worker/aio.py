@@ -32,6 +32,7 @@ from a2sql.worker.policy import (
     log,
     log_dead_letter,
     log_outcome,
+    own_lost_claims,
     retry_delay_ms,
     returned_events,
     settings,
@@ -130,6 +131,7 @@ class AsyncWorker:
         s = self.settings
         async with self._serving():
             pacing = Pacing()
+            reply_lost = False  # as in Worker.run_session
             while not self._stopping.is_set():
                 try:
                     claim = await self.store.claim_available(
@@ -138,14 +140,22 @@ class AsyncWorker:
                 except A2Error as error:
                     if not is_transient(error):
                         raise
+                    reply_lost = True
                     await self._pause(pacing.next(), error)
                     continue
                 pacing.reset()
                 if claim.outcome == "settled":
                     return "settled"
                 if claim.outcome == "busy":
-                    return "idle"
-                await self._serve(session_id, claim.events)
+                    if not reply_lost:
+                        return "idle"
+                    reply_lost = False
+                    events = await self._own_lost_claims(session_id)
+                    if not events:
+                        return "idle"
+                else:
+                    events = claim.events
+                await self._serve(session_id, events)
             return "stopped"
 
     async def run(self, *, until_idle: bool = False) -> None:
@@ -292,6 +302,20 @@ class AsyncWorker:
                 await self._pause(pacing.next(), error)
                 continue
             return settled(now, attempt.number, self.holder)
+
+    async def _own_lost_claims(self, session_id: str) -> list[StoredEvent]:
+        pacing = Pacing()
+        while not self._stopping.is_set():
+            try:
+                events = await self.store.read(session_id)
+            except A2Error as error:
+                if not is_transient(error):
+                    raise
+                await self._pause(pacing.next(), error)
+                continue
+            held = [index for (held_in, index) in self._held if held_in == session_id]
+            return own_lost_claims(events, self.holder, self.store.clock.now(), held)
+        return []
 
     async def _fail(self, attempt: AsyncAttempt, error: Exception) -> Outcome:
         event = attempt.event

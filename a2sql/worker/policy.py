@@ -180,6 +180,29 @@ def settled(now: StoredEvent, attempt: int, holder: str) -> Outcome | None:
     return None
 
 
+def own_lost_claims(
+    events: Iterable[StoredEvent], holder: str, now: datetime, held: Iterable[int]
+) -> list[StoredEvent]:
+    """After a claim whose reply was lost, the session's events as read now: those this
+    worker claimed (its holder, a live claim, still open) that it does not hold, which
+    only the lost claim can have taken. Serving them with their attempt count continues
+    that claim instead of leaving the session busy until its lease ends.
+
+    Sound because a worker's holder is its own: two workers sharing one holder would
+    take each other's claims here (and on every renewal and release)."""
+    known = set(held)
+    return [
+        event
+        for event in events
+        if event.claim_holder == holder
+        and event.claim_expires_at is not None
+        and event.claim_expires_at > now
+        and event.processed_at is None
+        and event.failed_at is None
+        and event.index not in known
+    ]
+
+
 def claims_by_session(attempts: Iterable[Held]) -> dict[str, list[ClaimRef]]:
     """Attempts as ``ClaimRef``s, grouped by session: one release call per session."""
     grouped: dict[str, list[ClaimRef]] = {}

@@ -29,6 +29,7 @@ from a2sql.worker.policy import (
     log,
     log_dead_letter,
     log_outcome,
+    own_lost_claims,
     retry_delay_ms,
     returned_events,
     settings,
@@ -149,6 +150,9 @@ class Worker:
         s = self.settings
         with self._serving():
             pacing = Pacing()
+            # A claim whose reply was lost may have committed: its events are
+            # this worker's, though it never saw them.
+            reply_lost = False
             while not self._stopping.is_set():
                 try:
                     claim = self.store.claim_available(
@@ -157,14 +161,22 @@ class Worker:
                 except A2Error as error:
                     if not is_transient(error):
                         raise
+                    reply_lost = True
                     self._pause(pacing.next(), error)
                     continue
                 pacing.reset()
                 if claim.outcome == "settled":
                     return "settled"
                 if claim.outcome == "busy":
-                    return "idle"
-                self._serve(session_id, claim.events)
+                    if not reply_lost:
+                        return "idle"
+                    reply_lost = False
+                    events = self._own_lost_claims(session_id)
+                    if not events:
+                        return "idle"
+                else:
+                    events = claim.events
+                self._serve(session_id, events)
             return "stopped"
 
     def run(self, *, until_idle: bool = False) -> None:
@@ -310,6 +322,21 @@ class Worker:
                 self._pause(pacing.next(), error)
                 continue
             return settled(now, attempt.number, self.holder)
+
+    def _own_lost_claims(self, session_id: str) -> list[StoredEvent]:
+        pacing = Pacing()
+        while not self._stopping.is_set():
+            try:
+                events = self.store.read(session_id)
+            except A2Error as error:
+                if not is_transient(error):
+                    raise
+                self._pause(pacing.next(), error)
+                continue
+            with self._lock:
+                held = [index for (held_in, index) in self._held if held_in == session_id]
+            return own_lost_claims(events, self.holder, self.store.clock.now(), held)
+        return []
 
     def _fail(self, attempt: Attempt, error: Exception) -> Outcome:
         event = attempt.event

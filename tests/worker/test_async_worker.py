@@ -144,6 +144,33 @@ def test_async_lost_reply_after_commit_replays(run: Callable[..., Any]) -> None:
     run(body)
 
 
+def test_async_claim_whose_reply_was_lost_is_taken_back(run: Callable[..., Any]) -> None:
+    """run_session: the worker's own claims from a lost claim reply are served now."""
+
+    async def handler(attempt: AsyncAttempt) -> None:
+        return None
+
+    async def body(store: AsyncStore) -> None:
+        await store.append("s", [NewEvent("t")])
+        real = store.claim_available
+        results: list[Any] = []
+
+        async def after_commit(*args: Any, **kwargs: Any) -> Any:
+            results.append(await real(*args, **kwargs))
+            if len(results) == 1:
+                raise A2Error(ErrorCode.STORE_UNAVAILABLE, "lost (injected after commit)")
+            return results[-1]
+
+        store.claim_available = after_commit  # type: ignore[method-assign]
+        worker = quick(store, handler, ttl_ms=60_000)
+        assert await worker.run_session("s") == "settled"
+        [event] = await store.read("s")
+        assert event.processed_by_attempt == 1
+        assert worker.outcomes == {"completed": 1}
+
+    run(body)
+
+
 def test_async_stop_releases_what_was_not_handled(run: Callable[..., Any]) -> None:
     """stop() during a batch: the running handler finishes, the rest is released."""
 

@@ -224,6 +224,37 @@ def test_a_completion_whose_reply_was_lost_replays_without_duplicates(store: Sto
     assert worker.outcomes == {"completed": 1}
 
 
+def test_a_claim_whose_reply_was_lost_is_taken_back_not_waited_out(store: Store) -> None:
+    """run_session: a claim that committed but whose reply was lost leaves the session
+    busy with this worker's own claims; the worker takes them back and serves them now,
+    with the attempt it holds, instead of giving the session up until the lease ends."""
+    store.append("s", [NewEvent("t"), NewEvent("t")])
+    with lost_replies(store, "claim_available") as results:
+        worker = quick(store, lambda attempt: None, ttl_ms=60_000)
+        started = time.monotonic()
+        assert worker.run_session("s") == "settled"
+    assert time.monotonic() - started < 10
+    assert [r.outcome for r in results[:2]] == ["claimed", "busy"]
+    assert [e.processed_by_attempt for e in store.read("s")] == [1, 1]
+    assert worker.outcomes == {"completed": 2}
+
+
+def test_a_claim_next_whose_reply_was_lost_is_taken_again_when_its_lease_ends(
+    store: Store,
+) -> None:
+    """run: the session of a lost claim_next reply is unknown, so its claims are waited
+    out, polling no more than once per poll interval, and then taken by a new attempt."""
+    store.append("s", [NewEvent("t")])
+    with lost_replies(store, "claim_next") as results:
+        worker = quick(store, lambda attempt: None, ttl_ms=500, poll_interval=0.1)
+        started = time.monotonic()
+        worker.run(until_idle=True)
+    assert 0.4 < time.monotonic() - started < 10
+    assert len(results) <= 12  # 0.5 s at one poll per 0.1 s, and the claims themselves
+    [event] = store.read("s")
+    assert (event.attempt_count, event.processed_by_attempt) == (2, 2)
+
+
 # --- transactional=True: the handler's writes commit with the completion -----------
 
 

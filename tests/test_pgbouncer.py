@@ -1,0 +1,212 @@
+"""a2sql behind PgBouncer in transaction mode, the way most production PostgreSQL is reached.
+
+Each transaction may run on another server connection. psycopg prepares a
+statement on the server after a few executions and names it per client
+connection, so behind the pooler a prepared name is missing, already taken,
+or another client's statement with other parameters: a2sql never prepares
+its statements on the server. LISTEN does not survive transaction pooling:
+streams take a direct ``listen`` URL, or poll.
+
+PgBouncer comes from ``A2SQL_TEST_PGBOUNCER_URL`` (``make test`` starts one
+with ``tools/test-pgbouncer.sh``); without it these tests skip, or fail under
+``CI=true``. Every test runs in a fresh database: PgBouncer passes on no
+``options``, so the schema-per-test URLs of the other PostgreSQL tests do not
+apply here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from sqlalchemy import URL, NullPool, create_engine, text
+
+import a2sql
+from a2sql import A2Error, NewEvent
+from a2sql.config import resolve_url
+from tests.conftest import _unavailable
+
+PROCESSES = 6
+CYCLES = 150
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """One fresh database, migrated: through PgBouncer and direct."""
+
+    pooled: str
+    direct: str
+
+
+@pytest.fixture
+def database(postgres_server: URL | str) -> Iterator[Pooled]:
+    if isinstance(postgres_server, str):
+        _unavailable(postgres_server)
+        raise AssertionError("unreachable")
+    bouncer = os.environ.get("A2SQL_TEST_PGBOUNCER_URL")
+    if not bouncer:
+        _unavailable("no PgBouncer: A2SQL_TEST_PGBOUNCER_URL is unset (make test starts one)")
+        raise AssertionError("unreachable")
+    name = f"a2pgb_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(postgres_server, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'create database "{name}"'))
+    direct = postgres_server.set(database=name).render_as_string(hide_password=False)
+    pooled = resolve_url(bouncer).set(database=name).render_as_string(hide_password=False)
+    try:
+        a2sql.create_store(direct, migrate=True).close()
+        yield Pooled(pooled=pooled, direct=direct)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'drop database if exists "{name}" with (force)'))
+        admin.dispose()
+
+
+def cycles(url: str, own_engine: bool, count: int) -> list[str]:
+    """``count`` append, claim, complete and read cycles, each on a session of its own;
+    the errors met. ``own_engine``: the store's engine, else the application's (psycopg's
+    default preparation left on)."""
+    store = a2sql.create_store(url if own_engine else create_engine(url), migrate=False)
+    errors = []
+    for n in range(count):
+        session = f"s-{os.getpid()}-{n}"
+        try:
+            store.append(session, [NewEvent("t", {"n": n}, id=f"{session}/1")])
+            [event] = store.claim_available(session, holder="w", ttl_ms=60_000).events
+            done = store.complete_attempt(
+                session,
+                index=event.index,
+                attempt=event.attempt_count,
+                events=[NewEvent("r", id=f"{session}/r", settled=True)],
+            )
+            assert done.outcome == "completed", done
+            assert [e.id for e in store.read(session)] == [f"{session}/1", f"{session}/r"]
+        except (A2Error, AssertionError, ValueError) as error:
+            errors.append(f"{type(error).__name__}: {error}")
+    if not own_engine:
+        store.engine.dispose()
+    store.close()
+    return errors
+
+
+@pytest.mark.parametrize("own_engine", [True, False], ids=["store_engine", "app_engine"])
+def test_processes_through_a_transaction_pooler_never_fail(
+    database: Pooled, own_engine: bool
+) -> None:
+    """Six processes, each its own store, through PgBouncer (transaction mode, two server
+    connections): every cycle succeeds. Before a2sql stopped preparing statements on the
+    server, about a quarter failed (``prepared statement "_pg3_N" does not exist``,
+    ``already exists``, ``bind message supplies 4 parameters, but prepared statement
+    "_pg3_2" requires 10``)."""
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(PROCESSES) as pool:
+        results = pool.starmap(cycles, [(database.pooled, own_engine, CYCLES)] * PROCESSES)
+    errors = [error for result in results for error in result]
+    assert errors == [], f"{len(errors)} of {PROCESSES * CYCLES} cycles failed: {errors[:5]}"
+    with a2sql.create_store(database.direct, migrate=False) as store:
+        assert store.inspect.totals().events == PROCESSES * CYCLES * 2
+
+
+def test_an_application_engine_keeps_its_own_preparation(database: Pooled) -> None:
+    """a2sql turns server-side preparation off only for its own statements: the
+    application's connection keeps its setting."""
+    engine = create_engine(database.direct)
+    try:
+        with a2sql.create_store(engine, migrate=False) as store:
+            for n in range(10):
+                store.append("s", [NewEvent("t", n)])
+                with store.begin() as connection:
+                    store.using(connection).read("s")
+                    driver = connection.connection.driver_connection
+                    assert driver.prepare_threshold == 5  # type: ignore[union-attr]
+            with engine.connect() as connection:
+                prepared = connection.execute(
+                    text("select count(*) from pg_prepared_statements")
+                ).scalar_one()
+        assert prepared == 0, "a2sql's statements were prepared on the server"
+    finally:
+        engine.dispose()
+
+
+def test_async_store_through_a_transaction_pooler(database: Pooled) -> None:
+    """Eight tasks of one AsyncStore through PgBouncer: every cycle succeeds."""
+
+    async def main() -> list[str]:
+        errors: list[str] = []
+        async with a2sql.create_async_store(database.pooled, migrate=False) as store:
+
+            async def task(number: int) -> None:
+                for n in range(40):
+                    session = f"a-{number}-{n}"
+                    try:
+                        await store.append(session, [NewEvent("t", id=f"{session}/1")])
+                        claim = await store.claim_available(session, holder="w", ttl_ms=60_000)
+                        [event] = claim.events
+                        done = await store.complete_attempt(
+                            session, index=event.index, attempt=event.attempt_count, events=[]
+                        )
+                        assert done.outcome == "completed", done
+                    except (A2Error, AssertionError, ValueError) as error:
+                        errors.append(f"{type(error).__name__}: {error}")
+
+            await asyncio.gather(*(task(number) for number in range(8)))
+        return errors
+
+    assert asyncio.run(main()) == []
+
+
+APPEND_LATER = """
+import sys, time, a2sql
+from a2sql import NewEvent
+time.sleep(0.5)
+with a2sql.create_store(sys.argv[1], migrate=False) as store:
+    store.append("live", [NewEvent("t", id="from-another-process")])
+"""
+
+
+def first_streamed(store: a2sql.Store, pooled: str, poll_interval: float) -> tuple[str, float]:
+    """Another process appends to "live" through the pooler: the first event the store's
+    stream yields, and how long it took."""
+    stream = store.stream("live", poll_interval=poll_interval)
+    writer = subprocess.Popen([sys.executable, "-c", APPEND_LATER, pooled])
+    try:
+        started = time.monotonic()
+        event = next(iter(stream))
+        return event.id, time.monotonic() - started
+    finally:
+        stream.close()
+        writer.wait(timeout=30)
+
+
+def test_a_stream_wakes_through_a_direct_listen_url(database: Pooled) -> None:
+    """Behind the pooler the store LISTENs on the direct URL it is given: another
+    process's commit wakes the stream at once, long before its 60 s poll."""
+    with a2sql.create_store(database.pooled, migrate=False, listen=database.direct) as store:
+        event_id, after = first_streamed(store, database.pooled, poll_interval=60.0)
+    assert event_id == "from-another-process"
+    assert after < 20, f"woke after {after:.1f} s"
+
+
+def test_a_stream_without_listen_polls(database: Pooled) -> None:
+    """listen=False: the stream finds another process's commit at its next poll."""
+    with a2sql.create_store(database.pooled, migrate=False, listen=False) as store:
+        event_id, _ = first_streamed(store, database.pooled, poll_interval=0.2)
+    assert event_id == "from-another-process"
+
+
+@pytest.mark.parametrize(
+    "listen", ["sqlite:///other.db", 5, None], ids=["not_postgres", "int", "none"]
+)
+def test_listen_takes_a_postgres_url_or_a_bool(database: Pooled, listen: object) -> None:
+    with pytest.raises(A2Error) as raised:
+        a2sql.create_store(database.pooled, migrate=False, listen=listen)  # type: ignore[arg-type]
+    assert raised.value.code is a2sql.ErrorCode.INVALID_ARGUMENT
+    assert "listen" in raised.value.message
