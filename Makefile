@@ -15,7 +15,9 @@ demo: $(STAMP)
 	$(VENV)/bin/a2sql demo
 
 test: $(STAMP)
-	A2SQL_TEST_POSTGRES_URL="$$(tools/test-postgres.sh)" $(VENV)/bin/pytest $(PYTEST_ARGS)
+	pg="$$(tools/test-postgres.sh)"; \
+	A2SQL_TEST_POSTGRES_URL="$$pg" A2SQL_TEST_PGBOUNCER_URL="$$(tools/test-pgbouncer.sh "$$pg")" \
+		$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 docs: $(STAMP)
 	$(VENV)/bin/pip install --quiet -e '.[docs]'

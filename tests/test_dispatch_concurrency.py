@@ -80,15 +80,18 @@ def test_a_caller_passes_over_a_locked_session_and_reports_it_claimable_now(
 
 
 class _LateClock:
-    """A clock whose first reading is taken before ``release`` is set and returned
-    after it: as if the caller read the time, then was descheduled meanwhile."""
+    """A clock whose first reading in an operation is taken before ``release`` is set
+    and returned after it: as if the caller read the time, then was descheduled
+    meanwhile. (Reading 0 is create_store's check of the clock.)"""
 
     def __init__(self, first: datetime, then: datetime, release: threading.Event) -> None:
         self.first, self.then, self.release = first, then, release
-        self.readings = 0
+        self.readings = -1
 
     def now(self) -> datetime:
         self.readings += 1
+        if self.readings == 0:
+            return self.first
         if self.readings == 1:
             assert self.release.wait(30)
             return self.first

@@ -148,15 +148,16 @@ def test_a_writer_gives_up_after_lock_timeout_saying_the_session_is_locked(pg_ur
 
 
 class _FreezingClock:
-    """A clock whose first reading, taken inside a transaction, stalls: a frozen client."""
+    """A clock whose first reading in an operation, taken inside a transaction, stalls: a
+    frozen client. (create_store's check of the clock reads it once before.)"""
 
     def __init__(self, stall_s: float) -> None:
         self._stall_s = stall_s
-        self._first = True
+        self._readings = 0
 
     def now(self) -> datetime:
-        if self._first:
-            self._first = False
+        self._readings += 1
+        if self._readings == 2:
             time.sleep(self._stall_s)
         return datetime.now(UTC)
 

@@ -10,7 +10,7 @@ from sqlalchemy.exc import DBAPIError
 
 from a2sql import execute
 from a2sql.codec import encode_ids, stored_event
-from a2sql.errors import A2Error, ErrorCode, is_event_id_collision
+from a2sql.errors import A2Error, ErrorCode, is_event_id_collision, listed
 from a2sql.execute import Transaction
 from a2sql.ops.append import duplicate_ids
 from a2sql.ops.events import (
@@ -179,7 +179,7 @@ def _append_returned(
         # the event stays unprocessed.
         raise A2Error(
             ErrorCode.PARTIAL_DUPLICATE_BATCH,
-            f"a returned event id already exists: one of {[e.id for e in caused]!r}",
+            f"a returned event id already exists: one of {listed([e.id for e in caused])}",
         ) from None
 
 
