@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import NamedTuple
+from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import URL
 
@@ -30,7 +31,15 @@ def file_of(url: URL) -> Path | None:
     """The database file of a SQLite URL; ``None`` for a memory database or another engine."""
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         return None
-    return Path(str(url.database)).expanduser()
+    database = str(url.database)
+    if str(url.query.get("uri", "")).lower() in ("true", "1") and database.startswith("file:"):
+        # A SQLite URI (sqlite:///file:/path/a2.db?mode=ro&uri=true): its path,
+        # not a folder named "file:" under the working directory.
+        uri = urlsplit(database)
+        if uri.path in ("", ":memory:") or url.query.get("mode") == "memory":
+            return None
+        return Path(unquote(uri.path)).expanduser()
+    return Path(database).expanduser()
 
 
 def make_ready(path: Path, *, create: bool) -> None:
