@@ -44,6 +44,7 @@ if ! ready; then
   owner=postgres
   id "$owner" >/dev/null 2>&1 || owner=$(id -un)
   mkdir -p "$dir"
+  rm -f "$dir/pgbouncer.pid"  # none answers on the port: a pid file left is stale
   cat >"$dir/pgbouncer.ini" <<INI
 [databases]
 * = host=$host port=$pgport
