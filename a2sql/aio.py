@@ -469,7 +469,8 @@ class AsyncPresence:
         )
 
     async def read(self, ns: str) -> list[PresenceEntry]:
-        """The live fields of the namespace, by participant then field (expired ones are gone; it writes nothing)."""
+        """The live fields of the namespace, by participant then field (expired ones are
+        gone); it writes nothing."""
         return await self._store._run(calls.presence_read(self._store._ctx, ns))
 
 

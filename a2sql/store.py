@@ -450,7 +450,8 @@ class Presence:
         return store._run(calls.presence_set(store._ctx, ns, participant, values, at, seen, ttl_ms))
 
     def read(self, ns: str) -> list[PresenceEntry]:
-        """The live fields of the namespace, by participant then field (expired ones are gone; it writes nothing)."""
+        """The live fields of the namespace, by participant then field (expired ones are
+        gone); it writes nothing."""
         return self._store._run(calls.presence_read(self._store._ctx, ns))
 
 
