@@ -118,6 +118,22 @@ def test_async_transactional_rows_commit_with_the_completion_or_not_at_all(
     run(body)
 
 
+def lose_first_reply(store: AsyncStore, method: str) -> list[Any]:
+    """``store.<method>`` commits, and its first reply is lost (STORE_UNAVAILABLE), as a
+    dropped connection would lose it; the results it committed, in order."""
+    real = getattr(store, method)
+    results: list[Any] = []
+
+    async def after_commit(*args: Any, **kwargs: Any) -> Any:
+        results.append(await real(*args, **kwargs))
+        if len(results) == 1:
+            raise A2Error(ErrorCode.STORE_UNAVAILABLE, "lost (injected after commit)")
+        return results[-1]
+
+    setattr(store, method, after_commit)
+    return results
+
+
 def test_async_lost_reply_after_commit_replays(run: Callable[..., Any]) -> None:
     """A completion whose reply is lost is retried with the same ids: a replay."""
 
@@ -126,16 +142,7 @@ def test_async_lost_reply_after_commit_replays(run: Callable[..., Any]) -> None:
 
     async def body(store: AsyncStore) -> None:
         await store.append("s", [NewEvent("t")])
-        real = store.complete_attempt
-        results: list[Any] = []
-
-        async def after_commit(*args: Any, **kwargs: Any) -> Any:
-            results.append(await real(*args, **kwargs))
-            if len(results) == 1:
-                raise A2Error(ErrorCode.STORE_UNAVAILABLE, "lost (injected after commit)")
-            return results[-1]
-
-        store.complete_attempt = after_commit  # type: ignore[method-assign]
+        results = lose_first_reply(store, "complete_attempt")
         worker = quick(store, handler)
         assert await worker.run_session("s") == "settled"
         assert [e.id for e in results[0].events] == [e.id for e in results[1].events]
@@ -152,16 +159,7 @@ def test_async_claim_whose_reply_was_lost_is_taken_back(run: Callable[..., Any])
 
     async def body(store: AsyncStore) -> None:
         await store.append("s", [NewEvent("t")])
-        real = store.claim_available
-        results: list[Any] = []
-
-        async def after_commit(*args: Any, **kwargs: Any) -> Any:
-            results.append(await real(*args, **kwargs))
-            if len(results) == 1:
-                raise A2Error(ErrorCode.STORE_UNAVAILABLE, "lost (injected after commit)")
-            return results[-1]
-
-        store.claim_available = after_commit  # type: ignore[method-assign]
+        lose_first_reply(store, "claim_available")
         worker = quick(store, handler, ttl_ms=60_000)
         assert await worker.run_session("s") == "settled"
         [event] = await store.read("s")
