@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Connection
@@ -41,14 +40,6 @@ WAL_SWITCH_PAUSE_S = 0.005
 # default: each statement sees what the session lock's previous holder
 # committed (at a higher level the snapshot predates the lock).
 POSTGRES_ISOLATION = "READ COMMITTED"
-
-# psycopg's setting for a connection that never prepares statements on the
-# server. a2sql's statements run unprepared on every PostgreSQL connection:
-# behind a transaction pooler (PgBouncer's pool_mode = transaction) each
-# transaction may reach another server connection, where a statement psycopg
-# prepared under a name on one is missing, or is another client's statement
-# of that name, run with this client's parameters.
-UNPREPARED = None
 
 # Key in the driver connection's ``info``: its pragmas are set.
 _PREPARED = "a2sql_sqlite_prepared"
@@ -132,23 +123,6 @@ def own_connection(connection: Connection) -> Connection:
     if connection.dialect.name == "postgresql":
         connection.execution_options(isolation_level=POSTGRES_ISOLATION)
     return connection
-
-
-@contextmanager
-def unprepared(connection: Connection) -> Iterator[None]:
-    """a2sql's statements on ``connection`` are not prepared on the server (see
-    ``UNPREPARED``), whatever the application's engine was told; its setting is
-    put back after."""
-    driver = connection.connection.driver_connection
-    threshold = getattr(driver, "prepare_threshold", UNPREPARED)
-    if threshold is UNPREPARED:  # SQLite, or an engine of a2sql's own
-        yield
-        return
-    driver.prepare_threshold = UNPREPARED  # type: ignore[union-attr]
-    try:
-        yield
-    finally:
-        driver.prepare_threshold = threshold  # type: ignore[union-attr]
 
 
 def begin_own(connection: Connection, *, read_only: bool, busy_timeout_ms: int) -> None:

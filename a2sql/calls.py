@@ -18,7 +18,7 @@ from typing import Generic, NamedTuple, TypeVar
 from sqlalchemy import Connection
 
 from a2sql import validate
-from a2sql.begin import begin_own, hold_write_lock, unprepared
+from a2sql.begin import begin_own, hold_write_lock
 from a2sql.clock import Clock, SystemClock
 from a2sql.codec import truncate_ms
 from a2sql.dialects import Dialect
@@ -34,6 +34,7 @@ from a2sql.ops import repair as repair_ops
 from a2sql.ops import retention as retention_ops
 from a2sql.ops import state as state_ops
 from a2sql.ops.events import ValidEvent
+from a2sql.preparation import unprepared_behind_pooler
 from a2sql.records import (
     JSON,
     AppendResult,
@@ -131,7 +132,7 @@ def run_in_transaction(connection: Transaction, ctx: Context, call: Call[T]) -> 
 def run_own_transaction(connection: Connection, ctx: Context, call: Call[T]) -> T:
     """``run_in_transaction`` in a transaction a2sql began itself with ``connection.begin()``."""
     begin_own(connection, read_only=call.read_only, busy_timeout_ms=ctx.lock_timeout_ms)
-    with unprepared(connection):
+    with unprepared_behind_pooler(connection):
         return run_in_transaction(connection, ctx, call)
 
 
@@ -155,7 +156,7 @@ def run_in_savepoint(connection: Connection, ctx: Context, call: Call[T]) -> T:
         )
     if ctx.dialect.name == "sqlite" and not call.read_only:
         hold_write_lock(connection, busy_timeout_ms=ctx.lock_timeout_ms)
-    with unprepared(connection), connection.begin_nested():
+    with unprepared_behind_pooler(connection), connection.begin_nested():
         if call.lock_session is not None:
             # The caller's own lock timeout applies; the lock statement
             # checks the transaction's isolation level.

@@ -10,7 +10,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
-from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS, POSTGRES_ISOLATION, UNPREPARED
+from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS, POSTGRES_ISOLATION
 from a2sql.errors import A2Error, invalid
 from a2sql.sqlite_file import file_of, make_ready
 from a2sql.urls import shown_url, shown_url_text
@@ -83,10 +83,7 @@ def is_sqlite_memory(url: URL) -> bool:
 def _engine_arguments(url: URL) -> dict[str, Any]:
     """Keyword arguments for ``create_engine`` / ``create_async_engine`` of ``url``."""
     if url.get_backend_name() != "sqlite":
-        return {
-            "isolation_level": POSTGRES_ISOLATION,
-            "connect_args": {"prepare_threshold": UNPREPARED},
-        }
+        return {"isolation_level": POSTGRES_ISOLATION}
     if is_sqlite_memory(url):
         # One connection for the engine's lifetime: every operation sees the
         # same in-memory database.

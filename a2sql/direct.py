@@ -30,7 +30,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from a2sql.begin import UNPREPARED
+from a2sql import preparation
 
 Params = Mapping[str, Any]
 Row = tuple[Any, ...]
@@ -243,9 +243,9 @@ class DirectTransaction:
         self.sqlite = self._dialect.name == "sqlite"
         self._cursor = pooled.cursor()
         # The isolation level and prepare threshold to put back (psycopg), if
-        # a2sql changed them.
+        # a2sql changed them (a2sql.preparation).
         self._level: Any = _UNCHANGED
-        self._threshold: Any = _UNCHANGED
+        self._threshold: Any = preparation.UNPREPARED
 
     def _prepare(self, statement: Executable) -> _Prepared:
         key = (self._dialect.driver, id(statement))
@@ -267,10 +267,7 @@ class DirectTransaction:
         if level != read_committed:
             connection.isolation_level = read_committed
             self._level = level
-        threshold = connection.prepare_threshold
-        if threshold is not UNPREPARED:  # an application's engine (a2sql.begin.UNPREPARED)
-            connection.prepare_threshold = UNPREPARED
-            self._threshold = threshold
+        self._threshold = preparation.unprepare(self._pooled.info, connection, self.scalar)
 
     def commit(self) -> None:
         if self.sqlite:
@@ -333,8 +330,8 @@ class DirectTransaction:
         if self._level is not _UNCHANGED:
             with suppress(Exception):  # a lost connection is not reused
                 self._pooled.dbapi_connection.isolation_level = self._level  # type: ignore[union-attr]
-        if self._threshold is not _UNCHANGED:
-            self._pooled.dbapi_connection.prepare_threshold = self._threshold  # type: ignore[union-attr]
+        with suppress(Exception):
+            preparation.restore(self._pooled.dbapi_connection, self._threshold)
 
     def scalar(self, sql: str) -> Any:
         """The first column of the first row of SQL text (``None`` without rows)."""

@@ -7,6 +7,8 @@ from enum import StrEnum
 
 from sqlalchemy import exc as sa_exc
 
+from a2sql.preparation import POOLER_HINT, lost_prepared_statement
+
 
 class ErrorCode(StrEnum):
     """What went wrong, as a stable machine-readable code."""
@@ -69,6 +71,8 @@ def from_driver_error(error: BaseException) -> A2Error:
         )
     detail = str(getattr(error, "orig", None) or error).strip().splitlines()
     first_line = detail[0] if detail else type(error).__name__
+    if lost_prepared_statement(error):
+        first_line += f" ({POOLER_HINT})"
     return A2Error(ErrorCode.STORE_UNAVAILABLE, f"the database failed: {first_line}")
 
 

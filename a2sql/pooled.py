@@ -19,9 +19,10 @@ from sqlalchemy import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from a2sql import forks
-from a2sql.begin import begin_own, own_connection, prepare, unprepared
+from a2sql.begin import begin_own, own_connection, prepare
 from a2sql.direct import DirectTransaction, can_run_directly, observed
 from a2sql.execute import Transaction
+from a2sql.preparation import unprepared_behind_pooler
 from a2sql.sqlite_file import DatabaseFile
 
 T = TypeVar("T")
@@ -103,7 +104,7 @@ class PooledTransactions:
                 self._give_back(pooled)
         with own_connection(self._engine.connect()) as connection, connection.begin():
             begin_own(connection, read_only=read_only, busy_timeout_ms=self._lock_timeout_ms)
-            with unprepared(connection):
+            with unprepared_behind_pooler(connection):
                 return body(connection, context, call)
 
     def _run_direct(

@@ -11,10 +11,13 @@ import os
 import threading
 from collections import defaultdict
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import URL, Engine
 
 from a2sql import forks
+from a2sql.preparation import behind_pooler
+from a2sql.urls import shown_url
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +146,8 @@ class PostgresListener:
                 connection = self._connect()
                 assert isinstance(connection, psycopg.Connection)
                 with connection:
+                    if self._behind_pooler(connection):
+                        return
                     connection.execute(f"LISTEN {CHANNEL}")
                     self.listening.set()
                     # Anything committed before LISTEN took effect was not
@@ -155,6 +160,22 @@ class PostgresListener:
                 self.listening.clear()
                 log.warning("a2sql listener lost its connection (%s); reconnecting", error)
                 self._stop.wait(RECONNECT_PAUSE_S)
+
+    def _behind_pooler(self, connection: Any) -> bool:
+        def scalar(sql: str) -> Any:
+            return connection.execute(sql).fetchone()[0]
+
+        if not behind_pooler({}, connection, scalar):
+            return False
+        # A transaction pooler would hand the LISTEN to a server connection
+        # that then serves other clients: nothing would ever be heard here.
+        log.warning(
+            "a2sql: %s goes through a connection pooler, where LISTEN hears nothing: "
+            "streams and idle workers see other processes' commits at their next poll. "
+            "create_store(url, listen=DIRECT_URL) listens on a direct connection instead",
+            shown_url(self._url),
+        )
+        return True
 
 
 class StoreWakeups:

@@ -174,7 +174,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="instrument a2sql's engine with OpenTelemetry (dev extra) to measure its cost",
     )
+    parser.add_argument(
+        "--unprepared",
+        action="store_true",
+        help="PostgreSQL: a2sql and the baseline prepare no statement on the server (as "
+        "behind a transaction pooler); against a run without it, what preparation is worth",
+    )
     args = parser.parse_args(argv)
+    if args.unprepared:
+        from bench import impl
+
+        impl.UNPREPARED = True
     if args.traced:
         from bench import impl
 

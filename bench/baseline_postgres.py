@@ -6,7 +6,8 @@ transaction boundaries: one transaction per operation (``BEGIN`` …
 and every write on a session first takes a2sql's transaction-scoped advisory
 lock on it (``pg_advisory_xact_lock(0x6132, hashtext(session_id))``) as its
 own statement, so later statements see what earlier lock holders committed.
-Every statement is prepared on the server (``prepare=True``). The minimal
+Every statement is prepared on the server (``prepare=True``; none is with
+``python -m bench --unprepared``, as behind a transaction pooler). The minimal
 SQL for the paths the workloads take (no lanes or supplied ids on append,
 no replays):
 
@@ -127,9 +128,10 @@ class PostgresBaseline:
 
     name = "baseline"
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, prepare: bool = True) -> None:
         # autocommit: transactions are the explicit BEGIN … COMMIT below.
-        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=5 if prepare else None)
+        self.prepare = prepare
         self.cur = self.conn.cursor()
         self.statements = 0
 
@@ -138,7 +140,7 @@ class PostgresBaseline:
 
     def _x(self, sql: str, params: Any = None) -> psycopg.Cursor[Any]:
         self.statements += 1
-        return self.cur.execute(sql, params, prepare=True)
+        return self.cur.execute(sql, params, prepare=self.prepare)
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:

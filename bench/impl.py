@@ -75,6 +75,22 @@ class Impl(Protocol):
 TRACED = False
 
 
+# ``python -m bench --unprepared`` (PostgreSQL): neither a2sql nor the
+# baseline prepares statements on the server, as behind a transaction pooler;
+# set against a run without it, what preparation is worth on a direct connection.
+UNPREPARED = False
+
+
+def _never_prepare(engine: Any) -> None:
+    """Every connection a2sql takes from ``engine``'s pool from now on prepares nothing.
+    (A pool listener: a2sql's engine keeps its direct path, which engine listeners end.)"""
+
+    def checkout(driver: Any, *_: Any) -> None:
+        driver.prepare_threshold = None
+
+    event.listen(engine, "checkout", checkout)
+
+
 def _instrument(engine: Any) -> None:
     from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
     from opentelemetry.sdk.trace import TracerProvider
@@ -93,6 +109,8 @@ class A2sqlImpl:
         self._timed = a2sql.create_store(url, migrate=False)
         if TRACED:
             _instrument(self._timed.engine)
+        if UNPREPARED and self._timed.engine.dialect.name == "postgresql":
+            _never_prepare(self._timed.engine)
         # Counting is done on a second store of the same database, running the
         # same code: a listener on an engine makes its SQLite transactions take
         # the Connection path for good (a2sql.direct.observed), so the timed
@@ -161,7 +179,7 @@ def open_baseline(engine: str, driver_dsn: str) -> Impl:
     if engine == "postgres":
         from bench.baseline_postgres import PostgresBaseline
 
-        return PostgresBaseline(driver_dsn)
+        return PostgresBaseline(driver_dsn, prepare=not UNPREPARED)
     from bench.baseline_sqlite import SqliteBaseline
 
     return SqliteBaseline(driver_dsn)

@@ -3,9 +3,9 @@
 Each transaction may run on another server connection. psycopg prepares a
 statement on the server after a few executions and names it per client
 connection, so behind the pooler a prepared name is missing, already taken,
-or another client's statement with other parameters: a2sql never prepares
-its statements on the server. LISTEN does not survive transaction pooling:
-streams take a direct ``listen`` URL, or poll.
+or another client's statement with other parameters: a2sql recognises the
+pooler and does not prepare its statements there. LISTEN does not survive
+transaction pooling: streams take a direct ``listen`` URL, or poll.
 
 PgBouncer comes from ``A2SQL_TEST_PGBOUNCER_URL`` (``make test`` starts one
 with ``tools/test-pgbouncer.sh``); without it these tests skip, or fail under
@@ -17,6 +17,7 @@ apply here.
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
 import os
 import subprocess
@@ -27,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from sqlalchemy import URL, NullPool, create_engine, text
+from sqlalchemy import URL, NullPool, create_engine, make_url, text
 
 import a2sql
 from a2sql import A2Error, NewEvent
@@ -102,8 +103,8 @@ def test_processes_through_a_transaction_pooler_never_fail(
     database: Pooled, own_engine: bool
 ) -> None:
     """Six processes, each its own store, through PgBouncer (transaction mode, two server
-    connections): every cycle succeeds. Before a2sql stopped preparing statements on the
-    server, about a quarter failed (``prepared statement "_pg3_N" does not exist``,
+    connections): every cycle succeeds. Before a2sql stopped preparing statements behind
+    a pooler, about a quarter failed (``prepared statement "_pg3_N" does not exist``,
     ``already exists``, ``bind message supplies 4 parameters, but prepared statement
     "_pg3_2" requires 10``)."""
     context = multiprocessing.get_context("spawn")
@@ -116,22 +117,18 @@ def test_processes_through_a_transaction_pooler_never_fail(
 
 
 def test_an_application_engine_keeps_its_own_preparation(database: Pooled) -> None:
-    """a2sql turns server-side preparation off only for its own statements: the
-    application's connection keeps its setting."""
-    engine = create_engine(database.direct)
+    """Behind the pooler a2sql turns server-side preparation off for its own statements
+    only: the application's connection keeps its setting, and a2sql's calls on it
+    succeed past psycopg's threshold (five executions)."""
+    engine = create_engine(database.pooled, pool_size=1, max_overflow=0)
     try:
         with a2sql.create_store(engine, migrate=False) as store:
-            for n in range(10):
+            for n in range(20):
                 store.append("s", [NewEvent("t", n)])
                 with store.begin() as connection:
-                    store.using(connection).read("s")
+                    assert len(store.using(connection).read("s")) == n + 1
                     driver = connection.connection.driver_connection
                     assert driver.prepare_threshold == 5  # type: ignore[union-attr]
-            with engine.connect() as connection:
-                prepared = connection.execute(
-                    text("select count(*) from pg_prepared_statements")
-                ).scalar_one()
-        assert prepared == 0, "a2sql's statements were prepared on the server"
     finally:
         engine.dispose()
 
@@ -193,6 +190,22 @@ def test_a_stream_wakes_through_a_direct_listen_url(database: Pooled) -> None:
         event_id, after = first_streamed(store, database.pooled, poll_interval=60.0)
     assert event_id == "from-another-process"
     assert after < 20, f"woke after {after:.1f} s"
+
+
+def test_a_stream_listening_through_the_pooler_says_so_and_polls(
+    database: Pooled, caplog: pytest.LogCaptureFixture
+) -> None:
+    """listen=True on a pooled URL would LISTEN on a server connection that then serves
+    other clients: the store says so and its stream polls."""
+    with (
+        caplog.at_level(logging.WARNING, logger="a2sql"),
+        a2sql.create_store(database.pooled, migrate=False) as store,
+    ):
+        event_id, _ = first_streamed(store, database.pooled, poll_interval=0.2)
+    assert event_id == "from-another-process"
+    [warning] = [r.getMessage() for r in caplog.records if "pooler" in r.getMessage()]
+    assert "listen=DIRECT_URL" in warning
+    assert f":{make_url(database.pooled).port}/" in warning  # the URL the store was given
 
 
 def test_a_stream_without_listen_polls(database: Pooled) -> None:

@@ -1,0 +1,104 @@
+"""Whether a2sql's statements are prepared on the PostgreSQL server: on a direct
+connection yes, behind a connection pooler never.
+
+psycopg prepares a statement on the server once it has run five times on a
+connection (its ``prepare_threshold``): the server then skips parsing and
+planning it, about a fifth of a cycle here (BENCHMARKS.md). A prepared
+statement lives on one server connection, under a name psycopg chose. Behind
+a transaction pooler (PgBouncer's ``pool_mode = transaction``) each
+transaction may reach another server connection, where that name is missing,
+taken, or another client's statement, run with this client's parameters.
+
+a2sql tells the two apart once per connection. On a direct connection the
+server process id announced at connection time (the key a cancel request is
+sent with) is the server process's own, ``pg_backend_pid()``; a pooler
+answers the connection itself and announces a key of its own. Behind a
+pooler, a2sql turns preparation off for its own statements and puts the
+connection's setting back after; an engine created with
+``connect_args={"prepare_threshold": None}`` never prepares at all, the
+setting for a pooler that passes the server's key on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection
+
+# psycopg's threshold of a connection that never prepares statements.
+UNPREPARED = None
+
+# Key in the pool's ``info`` of a driver connection: whether it goes through a pooler.
+_BEHIND_POOLER = "a2sql_behind_pooler"
+
+POOLER_HINT = (
+    "a connection pooler in transaction mode (PgBouncer) that a2sql did not recognise "
+    "loses statements prepared on the server: pass create_store an engine created "
+    "with connect_args={'prepare_threshold': None}"
+)
+
+
+def behind_pooler(info: dict[Any, Any], driver: Any, scalar: Callable[[str], Any]) -> bool:
+    """Whether the psycopg connection ``driver`` reaches PostgreSQL through a pooler;
+    asked of the server once per connection (``info``: the pool's dictionary of it),
+    with ``scalar`` running SQL text and giving its first value."""
+    behind = info.get(_BEHIND_POOLER)
+    if behind is None:
+        behind = info[_BEHIND_POOLER] = scalar("SELECT pg_backend_pid()") != (
+            driver.info.backend_pid
+        )
+    return bool(behind)
+
+
+def unprepare(info: dict[Any, Any], driver: Any, scalar: Callable[[str], Any]) -> Any:
+    """Turn server-side preparation off on ``driver`` if it goes through a pooler.
+
+    Returns the threshold to put back after a2sql's statements (``restore``),
+    ``UNPREPARED`` when nothing changed: on SQLite, on a connection that never
+    prepares, and on a direct one.
+    """
+    threshold = getattr(driver, "prepare_threshold", UNPREPARED)
+    if threshold is UNPREPARED or not behind_pooler(info, driver, scalar):
+        return UNPREPARED
+    driver.prepare_threshold = UNPREPARED
+    return threshold
+
+
+def restore(driver: Any, threshold: Any) -> None:
+    """Put back the threshold ``unprepare`` changed."""
+    if threshold is not UNPREPARED:
+        driver.prepare_threshold = threshold
+
+
+@contextmanager
+def unprepared_behind_pooler(connection: Connection) -> Iterator[None]:
+    """``unprepare`` for a2sql's statements on ``connection``, ``restore`` after."""
+
+    def scalar(sql: str) -> Any:
+        return connection.exec_driver_sql(sql).scalar()
+
+    driver = connection.connection.driver_connection
+    threshold = unprepare(connection.connection.info, driver, scalar)
+    try:
+        yield
+    finally:
+        restore(driver, threshold)
+
+
+def lost_prepared_statement(error: BaseException) -> bool:
+    """Whether ``error`` says a statement prepared on the server was missing, taken or
+    another one: what preparation behind an unrecognised pooler looks like."""
+    orig = getattr(error, "orig", None)
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate in (_INVALID_SQL_STATEMENT_NAME, _DUPLICATE_PREPARED_STATEMENT):
+        return True
+    return sqlstate == _PROTOCOL_VIOLATION and "prepared statement" in str(orig)
+
+
+# PostgreSQL's codes for: prepared statement "…" does not exist; … already
+# exists; bind message supplies N parameters, but prepared statement "…" requires M.
+_INVALID_SQL_STATEMENT_NAME = "26000"
+_DUPLICATE_PREPARED_STATEMENT = "42P05"
+_PROTOCOL_VIOLATION = "08P01"
