@@ -82,15 +82,17 @@ class PooledTransactions:
         rolled back if it raises. (Its arguments are passed on rather than bound in a
         closure: this runs for every call.)
 
-        On a SQLite file, the file is checked before the transaction, and after one that
-        wrote: a write that went to a file deleted meanwhile is not reported done."""
+        On a SQLite file, the file is checked after the transaction: what was read from,
+        or written to, a file deleted meanwhile is not reported. And before it when no
+        connection is kept idle: a new connection to a missing file would start an
+        empty database there."""
         database_file = self._file
         if database_file is None:
             return self._run(body, context, call, read_only=read_only)
-        database_file.check()
-        result = self._run(body, context, call, read_only=read_only)
-        if not read_only:
+        if not self._idle:
             database_file.check()
+        result = self._run(body, context, call, read_only=read_only)
+        database_file.check()
         return result
 
     def _run(

@@ -6,8 +6,8 @@ file it opened, even after that file is deleted or another takes its path.
 So a deleted database would go on taking writes through the pool's open
 connections, lost with the unlinked file, while new connections started an
 empty database under the same name. A store therefore records which file it
-opened (device and inode) and, before and after each of its transactions,
-checks that the path still names that file.
+opened (device and inode) and checks that the path still names that file
+after each of its transactions, and before one that may open a connection.
 """
 
 from __future__ import annotations
