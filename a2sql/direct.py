@@ -330,8 +330,9 @@ class DirectTransaction:
         if self._level is not _UNCHANGED:
             with suppress(Exception):  # a lost connection is not reused
                 self._pooled.dbapi_connection.isolation_level = self._level  # type: ignore[union-attr]
-        with suppress(Exception):
-            preparation.restore(self._pooled.dbapi_connection, self._threshold)
+        if self._threshold is not preparation.UNPREPARED:
+            with suppress(Exception):  # as the level
+                preparation.restore(self._pooled.dbapi_connection, self._threshold)
 
     def scalar(self, sql: str) -> Any:
         """The first column of the first row of SQL text (``None`` without rows)."""
