@@ -113,8 +113,17 @@ def _listen_url(listen: object, url: URL) -> URL | None:
         return None
     if not isinstance(listen, (str, URL)):
         raise invalid("listen", f"must be True, False or a database URL, got {listen!r}")
-    resolved = resolve_url(listen)
-    if url.get_backend_name() != "postgresql" or resolved.get_backend_name() != "postgresql":
+    try:
+        resolved = resolve_url(listen)
+    except A2Error as error:  # it names the url argument: this is listen
+        raise invalid("listen", error.message.removeprefix("url: ")) from None
+    if url.get_backend_name() != "postgresql":
+        raise invalid(
+            "listen",
+            f"a URL to LISTEN through is for a PostgreSQL store; this store's database "
+            f"is {shown_url(url)}",
+        )
+    if resolved.get_backend_name() != "postgresql":
         raise invalid(
             "listen",
             "a URL to LISTEN through is for a PostgreSQL store, and names the same "

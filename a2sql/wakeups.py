@@ -23,8 +23,11 @@ log = logging.getLogger(__name__)
 
 # The PostgreSQL channel a2sql notifies on; the payload is the session id.
 CHANNEL = "a2sql_events"
-# A listener that lost its connection waits this long before reconnecting.
+# A listener that lost its connection, or cannot connect, waits this long
+# before trying again, twice as long after each failure in a row up to the
+# most (a wrong listen URL must not log a warning every second for ever).
 RECONNECT_PAUSE_S = 1.0
+MOST_RECONNECT_PAUSE_S = 30.0
 # How often the listener thread checks whether it should stop.
 LISTEN_TICK_S = 0.5
 
@@ -141,15 +144,19 @@ class PostgresListener:
     def _run(self) -> None:
         import psycopg
 
+        pause = RECONNECT_PAUSE_S
         while not self._stop.is_set():
+            connected = False
             try:
                 connection = self._connect()
                 assert isinstance(connection, psycopg.Connection)
+                connected = True
                 with connection:
                     if self._behind_pooler(connection):
                         return
                     connection.execute(f"LISTEN {CHANNEL}")
                     self.listening.set()
+                    pause = RECONNECT_PAUSE_S
                     # Anything committed before LISTEN took effect was not
                     # announced to us: let every stream re-read once.
                     LOCAL.wake(self._database, ALL_SESSIONS)
@@ -158,8 +165,16 @@ class PostgresListener:
                             LOCAL.wake(self._database, notice.payload)
             except psycopg.Error as error:
                 self.listening.clear()
-                log.warning("a2sql listener lost its connection (%s); reconnecting", error)
-                self._stop.wait(RECONNECT_PAUSE_S)
+                detail = str(error).strip().splitlines() or [type(error).__name__]
+                log.warning(
+                    "a2sql listener %s %s (%s); trying again in %g s, streams poll meanwhile",
+                    "lost its connection to" if connected else "cannot connect to",
+                    shown_url(self._url),
+                    detail[0],
+                    pause,
+                )
+                self._stop.wait(pause)
+                pause = min(pause * 2, MOST_RECONNECT_PAUSE_S)
 
     def _behind_pooler(self, connection: Any) -> bool:
         def scalar(sql: str) -> Any:
@@ -172,7 +187,9 @@ class PostgresListener:
         log.warning(
             "a2sql: %s goes through a connection pooler, where LISTEN hears nothing: "
             "streams and idle workers see other processes' commits at their next poll. "
-            "create_store(url, listen=DIRECT_URL) listens on a direct connection instead",
+            "create_store(url, listen=DIRECT_URL) (a2sql commands: --listen DIRECT_URL) "
+            "listens on a direct connection to the database instead; listen=False "
+            "(--listen off) polls without this warning",
             shown_url(self._url),
         )
         return True

@@ -132,6 +132,18 @@ def test_migrate_must_be_bool_or_none(migrate_value: object, tmp_path: Path) -> 
     assert raised.value.code == ErrorCode.INVALID_ARGUMENT
 
 
+def test_a_listen_url_is_for_a_postgres_store(tmp_path: Path) -> None:
+    """A SQLite store given a URL to LISTEN through is told its own database is not
+    PostgreSQL (the message named the listen URL, which was fine)."""
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with pytest.raises(A2Error) as raised:
+        a2sql.create_store(url, listen="postgresql://app@db/app")
+    assert raised.value.code == ErrorCode.INVALID_ARGUMENT
+    assert raised.value.message == (
+        f"listen: a URL to LISTEN through is for a PostgreSQL store; this store's database is {url}"
+    )
+
+
 # --- Engines passed in, memory databases, closing -------------------------------------
 
 

@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -216,10 +217,51 @@ def test_a_stream_without_listen_polls(database: Pooled) -> None:
 
 
 @pytest.mark.parametrize(
-    "listen", ["sqlite:///other.db", 5, None], ids=["not_postgres", "int", "none"]
+    "listen",
+    ["sqlite:///other.db", 5, None, "postgresql+psycopg2://postgres@127.0.0.1/db", "x://"],
+    ids=["not_postgres", "int", "none", "unsupported_driver", "not_a_url"],
 )
 def test_listen_takes_a_postgres_url_or_a_bool(database: Pooled, listen: object) -> None:
     with pytest.raises(A2Error) as raised:
         a2sql.create_store(database.pooled, migrate=False, listen=listen)  # type: ignore[arg-type]
     assert raised.value.code is a2sql.ErrorCode.INVALID_ARGUMENT
-    assert "listen" in raised.value.message
+    assert raised.value.message.startswith("listen: "), raised.value.message
+
+
+def tail_until_first_event(database: Pooled, *listen: str) -> tuple[str, str]:
+    """``a2sql tail live --url POOLED [--listen …]`` while another process appends: the
+    first line it prints, and what it logged."""
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "a2sql.cli", "tail", "live", "--url", database.pooled, *listen],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(60, tail.kill)
+    watchdog.start()
+    try:
+        subprocess.run([sys.executable, "-c", APPEND_LATER, database.pooled], check=True)
+        assert tail.stdout is not None
+        line = ""
+        while "#1" not in line:
+            line = tail.stdout.readline()
+            if not line:
+                break
+    finally:
+        watchdog.cancel()
+        tail.terminate()
+        _, logged = tail.communicate(timeout=30)
+    return line, logged
+
+
+@pytest.mark.parametrize(
+    ("listen", "warned"),
+    [((), True), (("--listen", "off"), False), (("--listen", "direct"), False)],
+    ids=["default", "off", "direct"],
+)
+def test_a2sql_tail_takes_listen(database: Pooled, listen: tuple[str, ...], warned: bool) -> None:
+    """The command-line way to do what the pooler warning says: ``--listen URL|off``."""
+    given = tuple(database.direct if arg == "direct" else arg for arg in listen)
+    line, logged = tail_until_first_event(database, *given)
+    assert "#1" in line and "  t" in line, line
+    assert ("goes through a connection pooler" in logged) is warned, logged

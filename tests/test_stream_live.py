@@ -8,7 +8,9 @@ Every wait is bounded, so a broken wake-up fails a test instead of hanging it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import logging
 import multiprocessing
 import select
 import subprocess
@@ -24,7 +26,7 @@ from sqlalchemy import event
 from sqlalchemy.util import await_only
 
 import a2sql
-from a2sql import AsyncStore, EventStream, NewEvent, Store, StoredEvent
+from a2sql import AsyncStore, EventStream, NewEvent, Store, StoredEvent, wakeups
 from a2sql.pooled import KEEP_IDLE
 from tests.async_adapter import BlockingAsyncStore
 
@@ -463,3 +465,30 @@ def test_aclose_from_another_task_ends_a_waiting_async_stream(live_url: str) -> 
             assert pool.checkedout() == before
 
     asyncio.run(scenario())
+
+
+def test_a_listen_url_that_never_answers_is_retried_less_and_less_often(
+    postgres_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listen URL nobody answers on: the listener says which URL it cannot connect to,
+    waiting twice as long after each failure (it tried every pause before, a warning a
+    second for ever), and the stream still finds events by polling."""
+    monkeypatch.setattr(wakeups, "RECONNECT_PAUSE_S", 0.05)
+    nowhere = "postgresql://postgres@127.0.0.1:1/nowhere"
+    with (
+        caplog.at_level(logging.WARNING, logger="a2sql"),
+        a2sql.create_store(postgres_url, migrate=True, listen=nowhere) as store,
+    ):
+        stream = store.stream("s", poll_interval=0.1)
+        try:
+            store.append("s", [NewEvent("t", id="e1")])
+            assert next(iter(stream)).id == "e1"
+            time.sleep(1.6)
+        finally:
+            stream.close()
+    failures = [r for r in caplog.records if "cannot connect to" in r.getMessage()]
+    # Tried at 0, 0.05, 0.15, 0.35, 0.75 and 1.55 s: six; at a steady pause, about 30.
+    assert 3 <= len(failures) <= 8, [r.getMessage() for r in failures]
+    assert "127.0.0.1:1/nowhere" in failures[0].getMessage()
+    gaps = [b.created - a.created for a, b in itertools.pairwise(failures)]
+    assert gaps[-1] > 3 * gaps[0], gaps

@@ -19,6 +19,10 @@ from a2sql.urls import shown_url
 F = TypeVar("F", bound=Callable[..., Any])
 
 URL_HELP = f"Database URL (default: ${ENV_URL}, else sqlite:///.a2/dev.db)."
+LISTEN_HELP = (
+    "PostgreSQL: where to LISTEN for other processes' commits (default: --url). Behind a "
+    "pooler such as PgBouncer, a direct URL to the same database, or 'off' to poll."
+)
 
 
 # Exit statuses: 1 when the command ran and found nothing to act on (no such
@@ -43,6 +47,17 @@ def plural(count: int, noun: str) -> str:
 
 def url_option(function: F) -> F:
     return click.option("--url", metavar="URL", default=None, help=URL_HELP)(function)
+
+
+def listen_option(function: F) -> F:
+    return click.option("--listen", metavar="URL|off", default=None, help=LISTEN_HELP)(function)
+
+
+def listen_argument(listen: str | None) -> bool | str:
+    """``--listen`` as ``create_store``'s ``listen``."""
+    if listen is None:
+        return True
+    return False if listen == "off" else listen
 
 
 def json_option(function: F) -> F:
@@ -77,11 +92,12 @@ def existing(url: str | None, role: str = "database") -> URL:
 
 
 @contextmanager
-def opened(url: str | None) -> Iterator[Store]:
-    """The store at ``url`` (resolved like ``create_store``), closed afterwards."""
+def opened(url: str | None, listen: str | None = None) -> Iterator[Store]:
+    """The store at ``url`` (resolved like ``create_store``), closed afterwards;
+    ``listen``: the ``--listen`` option."""
     from a2sql.create import create_store
 
-    with create_store(existing(url)) as store:
+    with create_store(existing(url), listen=listen_argument(listen)) as store:
         yield store
 
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import click
 
 from a2sql import migrate as migrations
-from a2sql.cli.common import CommandFailed, json_option, opened, shown, url_option
+from a2sql.cli.common import (
+    CommandFailed,
+    json_option,
+    listen_option,
+    opened,
+    shown,
+    url_option,
+)
 from a2sql.cli.output import Output, age, iso
 from a2sql.cli.states import STATE_STYLES, event_state, first_line
 from a2sql.records import SessionSummary, StoredEvent
@@ -254,14 +261,15 @@ def events(session_id: str, after: int, limit: int, url: str | None, as_json: bo
     help="Start after this index (0: from the first event).",
 )
 @url_option
+@listen_option
 @json_option
-def tail(session_id: str, start: int, url: str | None, as_json: bool) -> None:
+def tail(session_id: str, start: int, url: str | None, listen: str | None, as_json: bool) -> None:
     """Follow a session's events until Ctrl-C.
 
     Prints the events after --from, then each new one as it is appended.
     """
     out = Output(as_json=as_json)
-    with opened(url) as store:
+    with opened(url, listen) as store:
         out.database(shown(url))
         if store.inspect.session(session_id) is None:
             out.note(f"no events in {session_id!r} yet: waiting for them (Ctrl-C stops)")

@@ -6,12 +6,13 @@ from typing import Any
 
 import click
 
-from a2sql.cli.common import url_option
+from a2sql.cli.common import listen_option, url_option
 
 
 @click.command()
 @click.argument("handler", metavar="MODULE:HANDLER")
 @url_option
+@listen_option
 @click.option("--prefix", default="", help="Serve only sessions whose id starts with this.")
 @click.option(
     "--concurrency",

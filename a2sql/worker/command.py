@@ -21,6 +21,7 @@ import sys
 from types import FrameType
 from typing import Any
 
+from a2sql.cli.common import listen_argument
 from a2sql.errors import A2Error, ErrorCode
 
 
@@ -104,29 +105,27 @@ def _serve(options: dict[str, Any]) -> int:
         "poll_interval": options["poll_interval"],
     }
     if inspect.iscoroutinefunction(handler):
-        return asyncio.run(_serve_async(options["url"], handler, settings, options["until_idle"]))
+        return asyncio.run(_serve_async(options, handler, settings))
     from a2sql.create import create_store
     from a2sql.worker.threaded import Worker
 
-    with create_store(options["url"]) as store:
+    with create_store(options["url"], listen=listen_argument(options["listen"])) as store:
         worker = Worker(store, handler, **settings)
         logging.getLogger("a2sql.worker").info("worker %s serving %s", worker.holder, _shown(store))
         worker.run(until_idle=options["until_idle"])
     return 0
 
 
-async def _serve_async(
-    url: str | None, handler: Any, settings: dict[str, Any], until_idle: bool
-) -> int:
+async def _serve_async(options: dict[str, Any], handler: Any, settings: dict[str, Any]) -> int:
     from a2sql.create import create_async_store
     from a2sql.worker.aio import AsyncWorker
 
-    store = create_async_store(url)
+    store = create_async_store(options["url"], listen=listen_argument(options["listen"]))
     try:
         await store.ensure_schema()
         worker = AsyncWorker(store, handler, **settings)
         logging.getLogger("a2sql.worker").info("worker %s serving %s", worker.holder, _shown(store))
-        await worker.run(until_idle=until_idle)
+        await worker.run(until_idle=options["until_idle"])
     finally:
         await store.close()
     return 0
