@@ -3,7 +3,7 @@ connection yes, behind a connection pooler never.
 
 psycopg prepares a statement on the server once it has run five times on a
 connection (its ``prepare_threshold``): the server then skips parsing and
-planning it, about a fifth of a cycle here (BENCHMARKS.md). A prepared
+planning it, about a quarter of a cycle here (BENCHMARKS.md). A prepared
 statement lives on one server connection, under a name psycopg chose. Behind
 a transaction pooler (PgBouncer's ``pool_mode = transaction``) each
 transaction may reach another server connection, where that name is missing,

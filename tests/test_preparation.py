@@ -2,7 +2,7 @@
 
 psycopg prepares a statement on the server once it has run five times on a
 connection; a2sql keeps that on a direct connection (it is worth about a
-fifth of a cycle) and turns it off behind a pooler (tests/test_pgbouncer.py).
+quarter of a cycle) and turns it off behind a pooler (tests/test_pgbouncer.py).
 A prepared statement that goes missing, as it does behind a pooler a2sql did
 not recognise, fails with a message naming the setting that avoids it.
 """
