@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import URL
@@ -84,32 +83,28 @@ def _create_folders(folder: Path) -> None:
         ) from None
 
 
-class _Identity(NamedTuple):
-    device: int
-    inode: int
-
-
 class DatabaseFile:
     """The file a store opened, and the check that its path still names it."""
 
-    __slots__ = ("_identity", "path")
+    __slots__ = ("_device", "_inode", "_where", "path")
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._identity = self._current()
-        if self._identity is None:
-            raise self._gone()
-
-    def _current(self) -> _Identity | None:
+        # Checked on every transaction: os.stat of a str, not of a Path.
+        self._where = os.fspath(path)
         try:
-            found = os.stat(self.path)
+            found = os.stat(self._where)
         except OSError:
-            return None
-        return _Identity(found.st_dev, found.st_ino)
+            raise self._gone() from None
+        self._device, self._inode = found.st_dev, found.st_ino
 
     def check(self) -> None:
         """Raise ``STORE_UNAVAILABLE`` if the file was deleted, or another took its path."""
-        if self._current() != self._identity:
+        try:
+            found = os.stat(self._where)
+        except OSError:
+            raise self._gone() from None
+        if found.st_ino != self._inode or found.st_dev != self._device:
             raise self._gone()
 
     def _gone(self) -> A2Error:
