@@ -18,7 +18,9 @@ from a2sql import migrate as migrations
 from a2sql.begin import POSTGRES_ISOLATION, begin_own
 from a2sql.calls import Call, Context, Done, run_in_savepoint, run_own_transaction
 from a2sql.clock import Clock
+from a2sql.direct import observed
 from a2sql.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
+from a2sql.handoff import SyncPath
 from a2sql.records import (
     JSON,
     AppendResult,
@@ -228,6 +230,14 @@ class AsyncOperations:
         )
 
 
+def _release(wakeups: StoreWakeups, sync_path: SyncPath | None, *, wait: bool) -> None:
+    """What closing an ``AsyncStore`` releases besides its asyncio engine (``wait``: until
+    the listener's connection is closed)."""
+    wakeups.stop(wait=wait)
+    if sync_path is not None:
+        sync_path.close()
+
+
 class AsyncStore(AsyncOperations):
     """The store's methods as coroutines. Create it with ``a2sql.create_async_store``.
 
@@ -245,8 +255,10 @@ class AsyncStore(AsyncOperations):
         serialize: bool = False,
         database_file: DatabaseFile | None = None,
         listen_url: URL | None = None,
+        sync_path: SyncPath | None = None,
     ) -> None:
         self._engine = engine
+        self._sync_path = sync_path
         self._file = database_file
         self._ctx = context
         self._owns_engine = owns_engine
@@ -264,7 +276,7 @@ class AsyncStore(AsyncOperations):
         # As Store's: dropped without close(), the store stops its listener
         # (thread and connection) when collected. Its engine's pool is left
         # to the garbage collector: closing asyncio connections needs a loop.
-        self._release = weakref.finalize(self, self._wakeups.stop, wait=False)
+        self._release = weakref.finalize(self, _release, self._wakeups, sync_path, wait=False)
 
     @property
     def engine(self) -> AsyncEngine:
@@ -302,15 +314,26 @@ class AsyncStore(AsyncOperations):
             raise from_driver_error(error) from error
 
     async def _run(self, call: Call[T] | Done[T]) -> T:
-        """Run one call in one transaction, the same body as ``Store`` runs."""
+        """Run one call in one transaction, the same body as ``Store`` runs: whole on the
+        sync path where the store has one and nothing watches its engine (a2sql.handoff),
+        else statement by statement through the asyncio engine."""
         if isinstance(call, Done):
             return call.result
         await self.ensure_schema()
-        async with self._connection() as connection, connection.begin():
-            result = await connection.run_sync(run_own_transaction, self._ctx, call)
-        if self._file is not None and not call.read_only:
-            # As Store's: a write that went to a file deleted meanwhile is not done.
-            self._file.check()
+        sync_path = self._sync_path
+        if sync_path is not None and not observed(self._engine.sync_engine):
+            if self._closed:
+                raise closed_store()
+            try:
+                result = await sync_path.run(self._ctx, call)
+            except DRIVER_FAILURES as error:
+                raise from_driver_error(error) from error
+        else:
+            async with self._connection() as connection, connection.begin():
+                result = await connection.run_sync(run_own_transaction, self._ctx, call)
+            if self._file is not None and not call.read_only:
+                # As Store's: a write that went to a file deleted meanwhile is not done.
+                self._file.check()
         if call.lock_session is not None and call.wakes(result):
             self._wakeups.wake(call.lock_session)
         return result
@@ -392,7 +415,7 @@ class AsyncStore(AsyncOperations):
             return
         self._closed = True
         self._release.detach()
-        await asyncio.to_thread(self._wakeups.stop)
+        await asyncio.to_thread(_release, self._wakeups, self._sync_path, wait=True)
         if self._owns_engine:
             await self._engine.dispose()
 

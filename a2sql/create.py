@@ -22,6 +22,7 @@ from a2sql.config import (
 )
 from a2sql.dialects import dialect_named
 from a2sql.errors import DRIVER_FAILURES, A2Error, from_driver_error, invalid
+from a2sql.handoff import SyncPath
 from a2sql.sqlite_file import DatabaseFile, file_of, make_ready
 from a2sql.store import Store
 from a2sql.urls import shown_url
@@ -220,10 +221,13 @@ def create_async_store(
     listen_url = _listen_url(listen, resolved)
     upgrade = _upgrade_allowed(migrate, backend)
     database_file = _database_file(resolved, create=upgrade)
+    sync_path = None
     if isinstance(url, AsyncEngine):
         engine, owns_engine = url, False
     else:
         engine, owns_engine = build_async_engine(resolved), True
+        if not is_sqlite_memory(resolved):
+            sync_path = SyncPath(build_engine(resolved), context, database_file)
     return AsyncStore(
         engine,
         context,
@@ -232,4 +236,5 @@ def create_async_store(
         serialize=is_sqlite_memory(async_url(engine.url)),
         database_file=database_file,
         listen_url=listen_url,
+        sync_path=sync_path,
     )

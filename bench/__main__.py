@@ -10,6 +10,7 @@ Prints a table per workload, or with ``--json`` one JSON object per workload
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import platform
@@ -30,7 +31,23 @@ WORKLOADS = (
     "peers",
     "dispatch",
     "claim_next",
+    "tasks",
 )
+
+
+# Workloads that choose their API themselves (the worker, the peers' own
+# loops, memory per mode, tasks both): --api async leaves them out.
+OWN_API = ("memory", "peers", "dispatch", "tasks")
+
+
+def _run(name: str, params: Params, *, in_loop: bool) -> dict[str, Any]:
+    """Run a workload; ``in_loop``: in a greenlet inside a running event loop, where
+    bench.impl's AsyncStore calls are awaited."""
+    if not in_loop:
+        return _runner(name)(params)
+    from sqlalchemy.util import greenlet_spawn
+
+    return asyncio.run(greenlet_spawn(_runner(name), params))
 
 
 def _runner(name: str) -> Callable[[Params], dict[str, Any]]:
@@ -50,6 +67,10 @@ def _runner(name: str) -> Callable[[Params], dict[str, Any]]:
         from bench.dispatch import dispatch
 
         return dispatch
+    if name == "tasks":
+        from bench.tasks import tasks
+
+        return tasks
     if name == "claim_next":
         from bench.dispatch_scale import claim_next
 
@@ -180,7 +201,18 @@ def main(argv: list[str] | None = None) -> int:
         help="PostgreSQL: a2sql and the baseline prepare no statement on the server (as "
         "behind a transaction pooler); against a run without it, what preparation is worth",
     )
+    parser.add_argument(
+        "--api",
+        choices=("sync", "async"),
+        default="sync",
+        help="a2sql's side through Store (sync) or AsyncStore (async): in-process "
+        "workloads and contention; memory, peers and dispatch run their own",
+    )
     args = parser.parse_args(argv)
+    if args.api == "async":
+        from bench import impl
+
+        impl.API = "async"
     if args.unprepared:
         from bench import impl
 
@@ -198,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         print("environment: " + json.dumps(env))
     failed = False
     for name in names:
+        if args.api == "async" and name in OWN_API:
+            if not args.json:
+                print(f"== {name}: skipped (--api async: it runs its own)\n")
+            continue
         if name == "peers" and args.engine != "postgres":
             if args.workload == "peers":
                 parser.error("peers runs on PostgreSQL only (--engine postgres)")
@@ -206,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         probe_before = _commit_probe(args.engine)
         try:
-            result = _runner(name)(params)
+            result = _run(name, params, in_loop=args.api == "async" and name != "contention")
+            result["api"] = args.api
             if probe_before is not None:
                 result["commit_ms"] = {"before": probe_before, "after": _commit_probe(args.engine)}
         except Exception as error:  # report and go on with the next workload

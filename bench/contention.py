@@ -12,6 +12,7 @@ appended event completed exactly once by attempt 1, one child per event.
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
 import re
 import statistics
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import databases
+from bench import impl as impl_module
 from bench.impl import Impl, open_impls
 from bench.measure import Stopwatch, count_statements, percentile
 from bench.workloads import CHILD_TYPE, Params, check, cycle_op, default, payload
@@ -67,7 +69,32 @@ def _worker(
     barrier: Any,
     results: Any,
 ) -> None:
-    """One process: warm up on a private session, then the rounds on the measured one."""
+    """One process: warm up on a private session, then the rounds on the measured one
+    (with ``--api async``, in a greenlet inside an event loop of its own)."""
+    if impl_module.API == "async":
+        from sqlalchemy.util import greenlet_spawn
+
+        asyncio.run(
+            greenlet_spawn(
+                _work, engine, a2sql_url, dsn, mode, procs, worker, ops, rounds, barrier, results
+            )
+        )
+    else:
+        _work(engine, a2sql_url, dsn, mode, procs, worker, ops, rounds, barrier, results)
+
+
+def _work(
+    engine: str,
+    a2sql_url: str,
+    dsn: str,
+    mode: str,
+    procs: int,
+    worker: int,
+    ops: int,
+    rounds: int,
+    barrier: Any,
+    results: Any,
+) -> None:
     try:
         impls = open_impls(engine, a2sql_url, dsn)
         measured: dict[str, Callable[[int], None]] = {}

@@ -8,10 +8,12 @@ operation, ``BEGIN`` and ``COMMIT`` included.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from sqlalchemy import event
+from sqlalchemy.util import await_only
 
 import a2sql
 from a2sql import Completion, NewEvent
@@ -100,25 +102,69 @@ def _instrument(engine: Any) -> None:
     )
 
 
+# ``python -m bench --api async``: a2sql's side runs on ``AsyncStore``. The
+# workload's code stays as it is and runs in a greenlet inside a running
+# event loop (bench/__main__.py), each call awaited there as an asyncio
+# program awaits it (SQLAlchemy's ``greenlet_spawn``/``await_only``, about
+# 1 us a call).
+API = "sync"
+
+
+class Awaiting:
+    """An ``AsyncStore`` (or its ``inspect``) as the workloads call a ``Store``: every
+    coroutine it returns is awaited on the running loop."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if name in ("inspect", "presence"):
+            return Awaiting(value)
+        if not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = value(*args, **kwargs)
+            return await_only(result) if inspect.isawaitable(result) else result
+
+        return call
+
+
+def open_store(url: str) -> Any:
+    """A store of the API under test (``API``), on an existing schema."""
+    if API == "async":
+        return Awaiting(a2sql.create_async_store(url, migrate=False))
+    return a2sql.create_store(url, migrate=False)
+
+
+def sync_engine(store: Any) -> Any:
+    """The store's engine, the sync one under an ``AsyncEngine``."""
+    engine = store.engine
+    return getattr(engine, "sync_engine", engine)
+
+
 class A2sqlImpl:
     """a2sql's public API, with a statement counter on its engine."""
 
     name = "a2sql"
 
     def __init__(self, url: str) -> None:
-        self._timed = a2sql.create_store(url, migrate=False)
+        self._timed = open_store(url)
         if TRACED:
-            _instrument(self._timed.engine)
-        if UNPREPARED and self._timed.engine.dialect.name == "postgresql":
+            _instrument(sync_engine(self._timed))
+        if UNPREPARED and sync_engine(self._timed).dialect.name == "postgresql":
+            if API == "async":
+                raise SystemExit("--unprepared measures the sync API only")
             _never_prepare(self._timed.engine)
         # Counting is done on a second store of the same database, running the
         # same code: a listener on an engine makes its SQLite transactions take
         # the Connection path for good (a2sql.direct.observed), so the timed
         # store's engine never gets one.
-        self._counted = a2sql.create_store(url, migrate=False)
+        self._counted = open_store(url)
         self.store = self._timed
         self.statements = 0
-        engine = self._counted.engine
+        engine = sync_engine(self._counted)
         hooks = ["before_cursor_execute", "commit", "rollback"]
         if engine.dialect.name == "postgresql":
             # psycopg sends BEGIN before a transaction's first statement; on

@@ -58,6 +58,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--log-dir", help="where the processes' JSON lines go (default: a temp dir)"
     )
+    parser.add_argument(
+        "--api",
+        choices=["sync", "async"],
+        default="sync",
+        help="workers: each process drives a Store, or an AsyncStore from an event loop",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the PostgreSQL schema")
     parser.add_argument("--json", action="store_true", help="print the report as JSON too")
     return parser.parse_args(argv)
@@ -85,6 +91,7 @@ def run(args: argparse.Namespace) -> Report:
                 ttl_ms=args.ttl_ms,
                 drain_timeout=args.drain_timeout,
                 log_dir=args.log_dir,
+                api=args.api,
             )
         )
 

@@ -53,6 +53,7 @@ class WorkersConfig:
     backlog: int | None = None
     drain_timeout: float = 60.0
     log_dir: str | None = None
+    api: str = "sync"  # "async": the workers' calls go through AsyncStore
 
 
 class Feeder:
@@ -161,6 +162,7 @@ def run_workers(config: WorkersConfig) -> Report:
                 max_gen=config.max_gen,
                 log_path=str(Path(log_dir) / f"{name}.jsonl"),
                 stop_path=stop_path,
+                api=config.api,
             ),
         )
 

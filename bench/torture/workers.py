@@ -11,6 +11,7 @@ match its request, a raw exception) is logged as an anomaly.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import time
@@ -19,7 +20,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy.util import greenlet_spawn
+
+import a2sql
 from a2sql import A2Error, ClaimRef, ErrorCode, EventCause, NewEvent, Store, StoredEvent
+from bench.impl import Awaiting
 from bench.torture.common import JsonLog, ms, now_ms, open_store, retrying, unit
 
 # Shares of attempts (besides doomed events, whose every attempt fails).
@@ -43,6 +48,7 @@ class WorkerSettings:
     max_gen: int
     log_path: str
     stop_path: str
+    api: str = "sync"  # "async": an AsyncStore, each call awaited on an event loop
 
 
 def child_id(parent_id: str, attempt: int) -> str:
@@ -96,7 +102,11 @@ class Worker:
         self.s = settings
         self.log = JsonLog(settings.log_path, settings.holder)
         self.rng = random.Random(f"{settings.seed}/{settings.holder}")
-        self.store: Store = open_store(settings.url, self.log)
+        self.store: Store = (
+            Awaiting(a2sql.create_async_store(settings.url, migrate=False))
+            if settings.api == "async"
+            else open_store(settings.url, self.log)
+        )
         # The end of each held lease this worker knows for sure, by (session, index).
         self.lease_until: dict[tuple[str, int], int] = {}
         self.last_alive = 0
@@ -349,7 +359,15 @@ class Worker:
 
 
 def worker_main(settings: WorkerSettings) -> None:
-    """Entry point of a worker process."""
+    """Entry point of a worker process: with ``api="async"``, the same loop in a greenlet
+    inside an event loop, where the AsyncStore's calls are awaited (bench.impl.Awaiting)."""
+    if settings.api == "async":
+        asyncio.run(greenlet_spawn(_worker_main, settings))
+    else:
+        _worker_main(settings)
+
+
+def _worker_main(settings: WorkerSettings) -> None:
     worker = None
     try:
         worker = Worker(settings)

@@ -1,0 +1,122 @@
+"""How an ``AsyncStore`` runs its own transactions: whole, on the sync path, one hand-off
+per operation rather than one per statement.
+
+Through SQLAlchemy's asyncio engine every statement crosses between the event
+loop and the driver (aiosqlite's thread, or psycopg's async mode through a
+greenlet), and a cycle has a dozen. An ``AsyncStore`` opened from a URL also
+has a sync engine of the same database and runs each operation there, with
+``Store``'s code:
+
+- SQLite: on the event loop's own thread, without waiting for a lock (its
+  busy timeout is 0). A transaction of a few statements on a local file
+  takes tens of microseconds, less than a hand-off to a thread and back;
+  WAL readers never wait. Only a write that finds another writer holding the
+  lock is handed to a thread of its own, where it waits as ``Store``'s
+  would: writers are one at a time anyway, so one thread serves them.
+- PostgreSQL: in a thread per call from a small pool, while the loop runs
+  other tasks: concurrency is what the loop is for.
+
+A call cancelled while its thread runs it commits nothing: its transaction
+is rolled back when its statements have run, before the commit; the caller
+gets ``CancelledError`` at once.
+
+The asyncio engine still serves ``using()``, ``begin()``, streams and the
+schema check, and any operation while something would watch its statements
+(an event listener on it, SQL logging, OpenTelemetry's instrumentation):
+what they see stays what the application gave a2sql.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
+
+from a2sql.calls import Call, Context, run_in_transaction
+from a2sql.execute import Transaction
+from a2sql.pooled import KEEP_IDLE, PooledTransactions
+from a2sql.sqlite_file import DatabaseFile
+
+T = TypeVar("T")
+
+# Threads for PostgreSQL calls, each on a connection of the sync engine's pool
+# (5 + 10 by default): more would only wait for a connection.
+POSTGRES_THREADS = 15
+
+
+class Abandoned(Exception):
+    """Raised in a handed-off transaction whose caller was cancelled: it rolls back."""
+
+
+def _unless_abandoned(
+    transaction: Transaction, ctx: Context, job: tuple[Call[T], threading.Event]
+) -> T:
+    call, abandoned = job
+    result = run_in_transaction(transaction, ctx, call)
+    if abandoned.is_set():
+        raise Abandoned
+    return result
+
+
+def _busy(error: OperationalError) -> bool:
+    return getattr(error.orig, "sqlite_errorname", None) == "SQLITE_BUSY"
+
+
+class SyncPath:
+    """An ``AsyncStore``'s own transactions on ``engine``, a sync engine of its database."""
+
+    def __init__(self, engine: Engine, ctx: Context, database_file: DatabaseFile | None) -> None:
+        self.engine = engine
+        sqlite = engine.dialect.name == "sqlite"
+        self._waiting = PooledTransactions(
+            engine,
+            lock_timeout_ms=ctx.lock_timeout_ms,
+            database_file=database_file,
+            keep_idle=1 if sqlite else KEEP_IDLE,
+        )
+        self._inline = (
+            PooledTransactions(engine, lock_timeout_ms=0, database_file=database_file, keep_idle=1)
+            if sqlite
+            else None
+        )
+        self._executor = ThreadPoolExecutor(
+            max_workers=1 if sqlite else POSTGRES_THREADS, thread_name_prefix="a2sql-async"
+        )
+
+    async def run(self, ctx: Context, call: Call[T]) -> T:
+        """``call`` in one transaction: committed, or rolled back and raised."""
+        if self._inline is not None:
+            try:
+                return self._inline.run(run_in_transaction, ctx, call, read_only=call.read_only)
+            except OperationalError as error:
+                # Another writer holds the lock (or the switch to WAL): nothing
+                # ran but BEGIN, rolled back. Wait for it in the thread.
+                if not _busy(error):
+                    raise
+        abandoned = threading.Event()
+        handed = asyncio.get_running_loop().run_in_executor(
+            self._executor, self._in_thread, ctx, call, abandoned
+        )
+        try:
+            return await handed
+        except asyncio.CancelledError:
+            abandoned.set()
+            raise
+
+    def _in_thread(self, ctx: Context, call: Call[T], abandoned: threading.Event) -> T:
+        if abandoned.is_set():  # cancelled while queued
+            raise Abandoned
+        job = (call, abandoned)
+        return self._waiting.run(_unless_abandoned, ctx, job, read_only=call.read_only)
+
+    def close(self) -> None:
+        """Give back the connections kept, end the threads, dispose of the engine."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._waiting.close()
+        if self._inline is not None:
+            self._inline.close()
+        self.engine.dispose()
