@@ -1,4 +1,5 @@
-"""AsyncStore: the asyncio facade. It runs the very calls of ``Store`` through ``run_sync``."""
+"""AsyncStore: the asyncio facade. It runs the very calls of ``Store``: whole on a sync
+engine where it can (a2sql.handoff), else through ``run_sync`` on its asyncio engine."""
 
 from __future__ import annotations
 

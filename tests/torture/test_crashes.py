@@ -37,6 +37,28 @@ def test_killed_workers_lose_no_event_and_process_none_twice(
     assert report.figures["processed"] >= 40, report.figures
 
 
+def test_killed_async_workers_lose_no_event_and_process_none_twice(
+    torture_target: Target, seed: int, tmp_path: Path
+) -> None:
+    """The same through AsyncStore: its calls run whole on the sync path (in a thread
+    on PostgreSQL), and a worker killed mid-call still loses and doubles nothing."""
+    report = run_workers(
+        WorkersConfig(
+            target=torture_target,
+            workers=4,
+            duration=8,
+            seed=seed,
+            kill_every=0.7,
+            drain_timeout=30,
+            log_dir=str(tmp_path / "logs"),
+            api="async",
+        )
+    )
+    assert_clean(report)
+    assert report.figures["workers_killed"] >= 5, report.figures
+    assert report.figures["processed"] >= 20, report.figures
+
+
 def test_sqlite_file_is_intact_and_its_wal_recovered_after_kills(seed: int, tmp_path: Path) -> None:
     """SQLite only: after SIGKILLs mid-write, integrity_check is ok and the WAL checkpoints."""
     target = Target("sqlite", f"sqlite:///{tmp_path / 'killed.db'}")
