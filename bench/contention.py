@@ -57,30 +57,15 @@ def shared_cycle_op(impl: Impl, session_id: str) -> Callable[[int], None]:
     return op
 
 
-def _worker(
-    engine: str,
-    a2sql_url: str,
-    dsn: str,
-    mode: str,
-    procs: int,
-    worker: int,
-    ops: int,
-    rounds: int,
-    barrier: Any,
-    results: Any,
-) -> None:
-    """One process: warm up on a private session, then the rounds on the measured one
-    (with ``--api async``, in a greenlet inside an event loop of its own)."""
+def _worker(*args: Any) -> None:
+    """A process's entry: ``_work`` (with ``--api async``, in a greenlet inside an event
+    loop of its own, where bench.impl's AsyncStore calls are awaited)."""
     if impl_module.API == "async":
         from sqlalchemy.util import greenlet_spawn
 
-        asyncio.run(
-            greenlet_spawn(
-                _work, engine, a2sql_url, dsn, mode, procs, worker, ops, rounds, barrier, results
-            )
-        )
+        asyncio.run(greenlet_spawn(_work, *args))
     else:
-        _work(engine, a2sql_url, dsn, mode, procs, worker, ops, rounds, barrier, results)
+        _work(*args)
 
 
 def _work(
@@ -95,6 +80,7 @@ def _work(
     barrier: Any,
     results: Any,
 ) -> None:
+    """One process: warm up on a private session, then the rounds on the measured one."""
     try:
         impls = open_impls(engine, a2sql_url, dsn)
         measured: dict[str, Callable[[int], None]] = {}
