@@ -16,9 +16,11 @@ has a sync engine of the same database and runs each operation there, with
 - PostgreSQL: in a thread per call from a small pool, while the loop runs
   other tasks: concurrency is what the loop is for.
 
-A call cancelled while its thread runs it commits nothing: its transaction
-is rolled back when its statements have run, before the commit; the caller
-gets ``CancelledError`` at once.
+A call cancelled while its thread runs it either commits nothing or, when
+its commit had already begun, completes: ``CancelledError`` always means
+nothing was committed. A cancelled call's statements run to their end (a
+lock wait too, up to the lock timeout), then its transaction rolls back;
+the caller gets ``CancelledError`` at once.
 
 The asyncio engine still serves ``using()``, ``begin()``, streams and the
 schema check, and any operation while something would watch its statements
@@ -31,12 +33,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from a2sql.calls import Call, Context, run_in_transaction
+from a2sql.errors import closed_store
 from a2sql.execute import Transaction
 from a2sql.pooled import KEEP_IDLE, PooledTransactions
 from a2sql.sqlite_file import DatabaseFile
@@ -52,14 +55,48 @@ class Abandoned(Exception):
     """Raised in a handed-off transaction whose caller was cancelled: it rolls back."""
 
 
-def _unless_abandoned(
-    transaction: Transaction, ctx: Context, job: tuple[Call[T], threading.Event]
-) -> T:
-    call, abandoned = job
-    result = run_in_transaction(transaction, ctx, call)
-    if abandoned.is_set():
+class _Job:
+    """One handed-off call, and the one decision its thread and its cancelled caller
+    race for: roll back (``abandon``) or commit (``commit``), whichever comes first."""
+
+    __slots__ = ("_abandoned", "_committing", "_lock", "call")
+
+    def __init__(self, call: Call[Any]) -> None:
+        self.call = call
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._committing = False
+
+    def abandon(self) -> bool:
+        """The caller was cancelled: whether the transaction will now roll back (``False``:
+        its commit has begun, and the call completes)."""
+        with self._lock:
+            if not self._committing:
+                self._abandoned = True
+            return self._abandoned
+
+    def commit(self) -> bool:
+        """The statements have run: whether the transaction may commit."""
+        with self._lock:
+            if not self._abandoned:
+                self._committing = True
+            return self._committing
+
+    @property
+    def abandoned(self) -> bool:
+        return self._abandoned
+
+
+def _unless_abandoned(transaction: Transaction, ctx: Context, job: _Job) -> Any:
+    result = run_in_transaction(transaction, ctx, job.call)
+    if not job.commit():
         raise Abandoned
     return result
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _busy(error: OperationalError) -> bool:
@@ -83,6 +120,7 @@ class SyncPath:
             if sqlite
             else None
         )
+        self._closed = False
         self._executor = ThreadPoolExecutor(
             max_workers=1 if sqlite else POSTGRES_THREADS, thread_name_prefix="a2sql-async"
         )
@@ -97,25 +135,45 @@ class SyncPath:
                 # ran but BEGIN, rolled back. Wait for it in the thread.
                 if not _busy(error):
                     raise
-        abandoned = threading.Event()
-        handed = asyncio.get_running_loop().run_in_executor(
-            self._executor, self._in_thread, ctx, call, abandoned
-        )
+        job = _Job(call)
         try:
-            return await handed
+            handed = asyncio.get_running_loop().run_in_executor(
+                self._executor, self._in_thread, ctx, job
+            )
+        except RuntimeError:  # the executor was shut down: the store closed meanwhile
+            raise closed_store() from None
+        try:
+            return await asyncio.shield(handed)
         except asyncio.CancelledError:
-            abandoned.set()
-            raise
+            if job.abandon():
+                # Its thread rolls back and raises Abandoned, which nobody awaits.
+                handed.add_done_callback(_retrieved)
+                raise
+        # Cancelled once the commit had begun: the call completes, as a task
+        # asyncio.wait_for cancels returns its result when it finishes anyway.
+        # The cancellation is taken back (Task.uncancel): it came too late.
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        while True:
+            try:
+                return await asyncio.shield(handed)
+            except asyncio.CancelledError:
+                if task is not None:
+                    task.uncancel()
 
-    def _in_thread(self, ctx: Context, call: Call[T], abandoned: threading.Event) -> T:
-        if abandoned.is_set():  # cancelled while queued
+    def _in_thread(self, ctx: Context, job: _Job) -> Any:
+        if self._closed:
+            raise closed_store()
+        if job.abandoned:  # cancelled while queued
             raise Abandoned
-        job = (call, abandoned)
-        return self._waiting.run(_unless_abandoned, ctx, job, read_only=call.read_only)
+        return self._waiting.run(_unless_abandoned, ctx, job, read_only=job.call.read_only)
 
     def close(self) -> None:
-        """Give back the connections kept, end the threads, dispose of the engine."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Give back the connections kept, end the threads, dispose of the engine. Calls
+        still queued fail with ``STORE_CLOSED``; those running finish."""
+        self._closed = True
+        self._executor.shutdown(wait=False)
         self._waiting.close()
         if self._inline is not None:
             self._inline.close()

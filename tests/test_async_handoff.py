@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import random
 import sqlite3
 import time
 import uuid
@@ -17,7 +18,7 @@ import pytest
 from sqlalchemy import NullPool, create_engine, make_url, text
 
 import a2sql
-from a2sql import NewEvent
+from a2sql import A2Error, ErrorCode, NewEvent
 
 DEADLINE_S = 20
 
@@ -153,3 +154,72 @@ def test_many_tasks_on_many_sessions_lose_and_double_nothing(
             ]
 
     assert asyncio.run(scenario()) == [20] * 16
+
+
+@pytest.mark.parametrize("engine_kind", ["sqlite", "postgres"])
+def test_a_cancelled_call_raises_cancelled_only_when_nothing_was_committed(
+    engine_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Appends cancelled after 0 to 4 ms: each either raises CancelledError and left
+    nothing, or returns its result and committed. Before, about one in twenty raised
+    CancelledError and was committed anyway (cancelled while it committed)."""
+    if engine_kind == "sqlite":
+        url = f"sqlite:///{tmp_path / 'a2.db'}"
+    else:
+        url = str(request.getfixturevalue("postgres_url"))
+    rng = random.Random(7)
+
+    async def scenario() -> tuple[list[str], int]:
+        wrong = []
+        cancelled = 0
+        async with a2sql.create_async_store(url, migrate=True) as store:
+            for n in range(150):
+                task = asyncio.create_task(store.append(f"c{n}", [NewEvent("t", n, id=f"e{n}")]))
+                await asyncio.sleep(rng.uniform(0, 0.004))
+                task.cancel()
+                try:
+                    await task
+                    committed_expected = True
+                except asyncio.CancelledError:
+                    committed_expected = False
+                    cancelled += 1
+                await asyncio.sleep(0.01)  # a rolled-back thread has finished
+                found = [e.id for e in await store.read(f"c{n}")]
+                if found != ([f"e{n}"] if committed_expected else []):
+                    wrong.append(f"c{n}: returned={committed_expected}, stored={found}")
+        return wrong, cancelled
+
+    wrong, cancelled = asyncio.run(scenario())
+    assert wrong == []
+    if engine_kind == "postgres":
+        assert cancelled > 0  # the race was run, not only calls that had finished
+
+
+def test_closing_with_calls_queued_fails_them_with_store_closed(postgres_url: str) -> None:
+    """Twenty appends wait for a session another transaction holds (fifteen threads,
+    five queued); the store is closed: the queued ones fail with STORE_CLOSED, not a
+    bare CancelledError nobody asked for."""
+    holder_store = a2sql.create_store(postgres_url, migrate=True)
+
+    async def scenario() -> list[object]:
+        store = a2sql.create_async_store(postgres_url, migrate=False)
+        await store.ensure_schema()
+        with holder_store.begin() as connection:
+            holder_store.using(connection).append("s", [NewEvent("t", id="held")])
+            calls = [
+                asyncio.create_task(store.append("s", [NewEvent("t", n, id=f"w{n}")]))
+                for n in range(20)
+            ]
+            await asyncio.sleep(0.5)
+            await store.close()
+        return await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 30)
+
+    try:
+        outcomes = asyncio.run(scenario())
+    finally:
+        holder_store.close()
+    closed = [o for o in outcomes if isinstance(o, A2Error)]
+    assert not any(isinstance(o, BaseException) and not isinstance(o, A2Error) for o in outcomes), (
+        outcomes
+    )
+    assert closed and all(o.code is ErrorCode.STORE_CLOSED for o in closed), closed
