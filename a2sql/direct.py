@@ -247,6 +247,11 @@ class DirectTransaction:
         self._level: Any = _UNCHANGED
         self._threshold: Any = preparation.UNPREPARED
 
+    @property
+    def driver_connection(self) -> Any:
+        """The driver's connection the transaction runs on."""
+        return self._pooled.driver_connection
+
     def _prepare(self, statement: Executable) -> _Prepared:
         key = (self._dialect.driver, id(statement))
         prepared = _prepared.get(key)

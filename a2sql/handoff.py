@@ -18,9 +18,10 @@ has a sync engine of the same database and runs each operation there, with
 
 A call cancelled while its thread runs it either commits nothing or, when
 its commit had already begun, completes: ``CancelledError`` always means
-nothing was committed. A cancelled call's statements run to their end (a
-lock wait too, up to the lock timeout), then its transaction rolls back;
-the caller gets ``CancelledError`` at once.
+nothing was committed. The caller gets ``CancelledError`` at once; on
+PostgreSQL the statement running is cancelled on the server (a lock wait
+ends), on SQLite the statements run to their end; then the transaction
+rolls back.
 
 The asyncio engine still serves ``using()``, ``begin()``, streams and the
 schema check, and any operation while something would watch its statements
@@ -33,9 +34,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
 from a2sql.calls import Call, Context, run_in_transaction
@@ -59,13 +61,15 @@ class _Job:
     """One handed-off call, and the one decision its thread and its cancelled caller
     race for: roll back (``abandon``) or commit (``commit``), whichever comes first."""
 
-    __slots__ = ("_abandoned", "_committing", "_lock", "call")
+    __slots__ = ("_abandoned", "_committing", "_driver", "_lock", "call")
 
     def __init__(self, call: Call[Any]) -> None:
         self.call = call
         self._lock = threading.Lock()
         self._abandoned = False
         self._committing = False
+        # The PostgreSQL connection while the call's statements run on it.
+        self._driver: Any = None
 
     def abandon(self) -> bool:
         """The caller was cancelled: whether the transaction will now roll back (``False``:
@@ -86,9 +90,33 @@ class _Job:
     def abandoned(self) -> bool:
         return self._abandoned
 
+    def running_on(self, driver: Any) -> None:
+        """The call's statements run on ``driver`` from now on (``None``: no longer)."""
+        with self._lock:
+            self._driver = driver
+
+    def interrupt(self) -> None:
+        """Cancel the statement the abandoned call is running, a lock wait say, so that it
+        rolls back now rather than when the wait ends. Holding the lock, the call's
+        thread cannot give the connection back (to a call this would cancel) meanwhile."""
+        with self._lock:
+            if self._driver is not None:
+                with suppress(Exception):  # a lost connection: nothing to cancel
+                    self._driver.cancel_safe()
+
+
+def _driver_of(transaction: Transaction) -> Any:
+    if isinstance(transaction, Connection):  # SQL logging on: the Connection path
+        return transaction.connection.driver_connection
+    return transaction.driver_connection
+
 
 def _unless_abandoned(transaction: Transaction, ctx: Context, job: _Job) -> Any:
-    result = run_in_transaction(transaction, ctx, job.call)
+    job.running_on(_driver_of(transaction))
+    try:
+        result = run_in_transaction(transaction, ctx, job.call)
+    finally:
+        job.running_on(None)
     if not job.commit():
         raise Abandoned
     return result
@@ -109,6 +137,7 @@ class SyncPath:
     def __init__(self, engine: Engine, ctx: Context, database_file: DatabaseFile | None) -> None:
         self.engine = engine
         sqlite = engine.dialect.name == "sqlite"
+        self._postgres = not sqlite
         self._waiting = PooledTransactions(
             engine,
             lock_timeout_ms=ctx.lock_timeout_ms,
@@ -148,6 +177,10 @@ class SyncPath:
             if job.abandon():
                 # Its thread rolls back and raises Abandoned, which nobody awaits.
                 handed.add_done_callback(_retrieved)
+                if self._postgres:
+                    # Sending a cancel request takes a connection to the server: not
+                    # on the loop's thread, nor on a busy pool's.
+                    threading.Thread(target=job.interrupt, name="a2sql-cancel").start()
                 raise
         # Cancelled once the commit had begun: the call completes, as a task
         # asyncio.wait_for cancels returns its result when it finishes anyway.

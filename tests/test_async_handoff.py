@@ -223,3 +223,39 @@ def test_closing_with_calls_queued_fails_them_with_store_closed(postgres_url: st
         outcomes
     )
     assert closed and all(o.code is ErrorCode.STORE_CLOSED for o in closed), closed
+
+
+def test_cancelled_calls_waiting_for_a_lock_free_their_threads_at_once(
+    postgres_url: str,
+) -> None:
+    """Fifteen appends wait for a session another transaction holds, every thread of the
+    store busy; all are cancelled: their lock waits are cancelled on the server, so an
+    append to another session runs at once. Before, it waited for the lock timeout."""
+    holder_store = a2sql.create_store(postgres_url, migrate=True)
+
+    async def scenario() -> float:
+        async with a2sql.create_async_store(
+            postgres_url, migrate=False, lock_timeout_ms=20_000
+        ) as store:
+            with holder_store.begin() as connection:
+                holder_store.using(connection).append("s", [NewEvent("t", id="held")])
+                calls = [
+                    asyncio.create_task(store.append("s", [NewEvent("t", n, id=f"w{n}")]))
+                    for n in range(15)
+                ]
+                await asyncio.sleep(0.5)
+                for call in calls:
+                    call.cancel()
+                outcomes = await asyncio.gather(*calls, return_exceptions=True)
+                assert all(isinstance(o, asyncio.CancelledError) for o in outcomes), outcomes
+                began = time.monotonic()
+                await asyncio.wait_for(store.append("other", [NewEvent("t")]), DEADLINE_S)
+                took = time.monotonic() - began
+            assert [e.id for e in await store.read("s")] == ["held"]
+        return took
+
+    try:
+        took = asyncio.run(scenario())
+    finally:
+        holder_store.close()
+    assert took < 5, f"the unrelated append waited {took:.1f} s"
