@@ -1,0 +1,17 @@
+SELECT set_config('lock_timeout', %(wait)s, %(set_config_2)s) AS set_config_1, set_config('idle_in_transaction_session_timeout', %(wait)s, %(set_config_4)s) AS set_config_3, pg_advisory_xact_lock(24882, hashtext(%(sid)s)) AS pg_advisory_xact_lock_1, pg_notify('a2sql_events', %(sid)s) AS pg_notify_1;
+
+SELECT coalesce((SELECT a2_events.idx
+FROM a2_events
+WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" ORDER BY a2_events.session_id DESC, a2_events.idx DESC
+ LIMIT 1), %(coalesce_2)s::INTEGER) AS coalesce_1, (SELECT a2_events.idx
+FROM a2_events
+WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.processed_at IS NULL ORDER BY a2_events.session_id, a2_events.idx
+ LIMIT 1) IS NOT NULL AS anon_1, EXISTS (SELECT *
+FROM a2_events
+WHERE a2_events.event_id IN (%(ids_1)s::VARCHAR COLLATE "C", %(ids_2)s::VARCHAR COLLATE "C")) AS anon_2;
+
+SELECT DISTINCT a2_events.lane
+FROM a2_events
+WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.lane IN (%(lanes_1)s::VARCHAR COLLATE "C") AND a2_events.processed_at IS NULL;
+
+INSERT INTO a2_events (session_id, idx, event_type, payload, event_id, created_at, cause, lane, lane_ready, processed_at) VALUES (%(session_id)s::VARCHAR COLLATE "C", %(idx)s::BIGINT, %(event_type)s::VARCHAR COLLATE "C", CAST(%(payload)s AS JSON), %(event_id)s::VARCHAR COLLATE "C", %(created_at)s::TIMESTAMP WITH TIME ZONE, %(cause)s::VARCHAR, %(lane)s::VARCHAR COLLATE "C", %(lane_ready)s, %(processed_at)s::TIMESTAMP WITH TIME ZONE);

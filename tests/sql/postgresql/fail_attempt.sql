@@ -1,0 +1,7 @@
+SELECT set_config('lock_timeout', %(wait)s, %(set_config_2)s) AS set_config_1, set_config('idle_in_transaction_session_timeout', %(wait)s, %(set_config_4)s) AS set_config_3, pg_advisory_xact_lock(24882, hashtext(%(sid)s)) AS pg_advisory_xact_lock_1;
+
+SELECT a2_events.session_id, a2_events.idx, a2_events.event_type, CAST(a2_events.payload AS TEXT) AS payload, a2_events.event_id, a2_events.created_at AT TIME ZONE 'UTC' AS created_at, a2_events.cause, a2_events.lane, a2_events.lane_ready, a2_events.processed_at AT TIME ZONE 'UTC' AS processed_at, a2_events.processed_by_attempt, a2_events.returned_event_ids, a2_events.first_claimed_at AT TIME ZONE 'UTC' AS first_claimed_at, a2_events.last_claimed_at AT TIME ZONE 'UTC' AS last_claimed_at, a2_events.attempt_count, a2_events.failure_count, a2_events.last_failed_at AT TIME ZONE 'UTC' AS last_failed_at, a2_events.last_failed_attempt, a2_events.last_error, a2_events.failed_at AT TIME ZONE 'UTC' AS failed_at, a2_events.claim_holder, a2_events.claim_expires_at AT TIME ZONE 'UTC' AS claim_expires_at
+FROM a2_events
+WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.idx = %(index)s::BIGINT;
+
+UPDATE a2_events SET failure_count=%(failures)s::BIGINT, last_failed_at=%(now)s::TIMESTAMP WITH TIME ZONE, last_failed_attempt=%(attempt)s::BIGINT, last_error=%(error)s::VARCHAR, failed_at=%(dead_at)s::TIMESTAMP WITH TIME ZONE, claim_holder=NULL, claim_expires_at=%(retry_at)s::TIMESTAMP WITH TIME ZONE WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.idx = %(index)s::BIGINT;
