@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from sqlalchemy import bindparam, false, null, select, true, update
+from sqlalchemy import bindparam, case, false, null, select, true, update
 from sqlalchemy.exc import DBAPIError
 
 from a2sql import execute
@@ -31,17 +31,20 @@ NOW = bindparam("now", type_=Timestamp())
 LAST = E.alias("last_event")
 THIS_EVENT = (E.c.session_id == SESSION, E.c.idx == bindparam("index"))
 
+# The event, while the attempt ``attempt`` holds its claim.
+HELD_BY_ATTEMPT = (
+    *THIS_EVENT,
+    E.c.attempt_count == bindparam("attempt"),
+    E.c.processed_at.is_(None),
+    E.c.failed_at.is_(None),
+    E.c.claim_holder.is_not(None),
+)
+
 # The common completion in one statement: mark the event processed if this
 # attempt still holds it, and return what the rest of the work needs.
 COMPLETE_IF_CURRENT = (
     update(E)
-    .where(
-        *THIS_EVENT,
-        E.c.attempt_count == bindparam("attempt"),
-        E.c.processed_at.is_(None),
-        E.c.failed_at.is_(None),
-        E.c.claim_holder.is_not(None),
-    )
+    .where(*HELD_BY_ATTEMPT)
     .values(
         processed_at=NOW,
         processed_by_attempt=bindparam("attempt"),
@@ -76,19 +79,25 @@ PROMOTE_LANE_HEAD = (
     .values(lane_ready=true())
 )
 
-MARK_FAILED = (
+# The common failure in one statement: count it and release the claim if this
+# attempt still holds the event. SET reads the row as it was, so
+# failure_count + 1 is this failure's count: at max_failures the event is
+# dead-lettered, else claimable again at once or at retry_at.
+_THIS_FAILURE = E.c.failure_count + 1
+_DEAD = bindparam("max_failures") <= _THIS_FAILURE
+FAIL_IF_CURRENT = (
     update(E)
-    .where(*THIS_EVENT)
+    .where(*HELD_BY_ATTEMPT)
     .values(
-        failure_count=bindparam("failures"),
+        failure_count=_THIS_FAILURE,
         last_error=bindparam("error"),
         last_failed_at=NOW,
         last_failed_attempt=bindparam("attempt"),
-        failed_at=bindparam("dead_at", type_=Timestamp()),
+        failed_at=case((_DEAD, NOW), else_=null()),
         claim_holder=null(),
-        # Unset, or the end of the retry delay: not claimable before then.
-        claim_expires_at=bindparam("retry_at", type_=Timestamp()),
+        claim_expires_at=case((_DEAD, null()), else_=bindparam("retry_at", type_=Timestamp())),
     )
+    .returning(E.c.failure_count)
 )
 
 
@@ -227,38 +236,35 @@ def fail_attempt(
 ) -> FailResult:
     """Count a failure of the current attempt and release its claim; with
     ``retry_at``, a failed (not dead-lettered) event is claimable again only then (§6)."""
+    failed = execute.first(
+        tx,
+        FAIL_IF_CURRENT,
+        {
+            "sid": session_id,
+            "index": index,
+            "attempt": attempt,
+            "error": error,
+            "now": now,
+            "max_failures": max_failures,
+            "retry_at": retry_at,
+        },
+    )
+    if failed is not None:
+        failures = int(failed[0])
+        if failures >= max_failures:
+            return FailResult("dead_lettered", failures)
+        return FailResult("failed", failures, retry_at)
+    # The attempt does not hold the event: say why.
     event = event_at(tx, session_id, index)
     if event.processed_at is not None or event.attempt_count != attempt:
         return FailResult("superseded", event.failure_count)
     if event.failed_at is not None:
         return FailResult("dead_lettered", event.failure_count)
-    if event.claim_holder is None:
-        # A retried call of the failure that released the claim reports it again,
-        # unless an operator requeued the event since (its failures reset to 0).
-        if event.last_failed_attempt != attempt or event.failure_count == 0:
-            return FailResult("superseded", event.failure_count)
-        delayed = event.claim_expires_at
-        return FailResult(
-            "failed",
-            event.failure_count,
-            delayed if delayed is not None and delayed > now else None,
-        )
-    failures = event.failure_count + 1
-    dead = failures >= max_failures
-    if dead:
-        retry_at = None
-    execute.run(
-        tx,
-        MARK_FAILED,
-        {
-            "sid": session_id,
-            "index": index,
-            "failures": failures,
-            "error": error,
-            "now": now,
-            "attempt": attempt,
-            "dead_at": now if dead else None,
-            "retry_at": retry_at,
-        },
+    # Released. A retried call of the failure that released the claim reports
+    # it again, unless an operator requeued the event since (failures reset to 0).
+    if event.last_failed_attempt != attempt or event.failure_count == 0:
+        return FailResult("superseded", event.failure_count)
+    delayed = event.claim_expires_at
+    return FailResult(
+        "failed", event.failure_count, delayed if delayed is not None and delayed > now else None
     )
-    return FailResult("dead_lettered" if dead else "failed", failures, retry_at)

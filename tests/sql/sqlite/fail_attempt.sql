@@ -1,7 +1,3 @@
 BEGIN IMMEDIATE;
 
-SELECT a2_events.session_id, a2_events.idx, a2_events.event_type, a2_events.payload, a2_events.event_id, a2_events.created_at, a2_events.cause, a2_events.lane, a2_events.lane_ready, a2_events.processed_at, a2_events.processed_by_attempt, a2_events.returned_event_ids, a2_events.first_claimed_at, a2_events.last_claimed_at, a2_events.attempt_count, a2_events.failure_count, a2_events.last_failed_at, a2_events.last_failed_attempt, a2_events.last_error, a2_events.failed_at, a2_events.claim_holder, a2_events.claim_expires_at
-FROM a2_events
-WHERE a2_events.session_id = ? AND a2_events.idx = ?;
-
-UPDATE a2_events SET failure_count=?, last_failed_at=?, last_failed_attempt=?, last_error=?, failed_at=?, claim_holder=NULL, claim_expires_at=? WHERE a2_events.session_id = ? AND a2_events.idx = ?;
+UPDATE a2_events SET failure_count=(a2_events.failure_count + ?), last_failed_at=?, last_failed_attempt=?, last_error=?, failed_at=CASE WHEN (? <= a2_events.failure_count + ?) THEN ? ELSE NULL END, claim_holder=NULL, claim_expires_at=CASE WHEN (? <= a2_events.failure_count + ?) THEN NULL ELSE ? END WHERE a2_events.session_id = ? AND a2_events.idx = ? AND a2_events.attempt_count = ? AND a2_events.processed_at IS NULL AND a2_events.failed_at IS NULL AND a2_events.claim_holder IS NOT NULL RETURNING failure_count;
