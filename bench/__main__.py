@@ -208,7 +208,19 @@ def main(argv: list[str] | None = None) -> int:
         help="a2sql's side through Store (sync) or AsyncStore (async): in-process "
         "workloads and contention; memory, peers and dispatch run their own",
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="PostgreSQL append and cycle: against the one-round-trip-per-transaction floor "
+        "(bench/floor_postgres.py) instead of the like-for-like baseline",
+    )
     args = parser.parse_args(argv)
+    if args.floor:
+        if args.engine != "postgres" or args.workload not in ("append", "cycle"):
+            parser.error("--floor is for --engine postgres, --workload append or cycle")
+        from bench import impl
+
+        impl.FLOOR = True
     if args.api == "async":
         from bench import impl
 

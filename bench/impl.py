@@ -220,10 +220,20 @@ class A2sqlImpl:
         self._counted.close()
 
 
+# ``python -m bench --floor`` (PostgreSQL): the baseline is the one-round-trip
+# floor (bench/floor_postgres.py) rather than a2sql's statements by hand.
+FLOOR = False
+
+
 def open_baseline(engine: str, driver_dsn: str) -> Impl:
     """The bare-driver baseline of ``engine``."""
     if engine == "postgres":
         from bench.baseline_postgres import PostgresBaseline
+
+        if FLOOR:
+            from bench.floor_postgres import PostgresFloor
+
+            return PostgresFloor(driver_dsn, prepare=not UNPREPARED)
 
         return PostgresBaseline(driver_dsn, prepare=not UNPREPARED)
     from bench.baseline_sqlite import SqliteBaseline
