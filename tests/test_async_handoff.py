@@ -13,9 +13,10 @@ import sqlite3
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import NullPool, create_engine, make_url, text
+from sqlalchemy import Connection, NullPool, create_engine, make_url, text
 
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent
@@ -195,6 +196,19 @@ def test_a_cancelled_call_raises_cancelled_only_when_nothing_was_committed(
         assert cancelled > 0  # the race was run, not only calls that had finished
 
 
+async def appends_waiting_for(
+    holder_store: a2sql.Store, connection: Connection, store: a2sql.AsyncStore, count: int
+) -> list[asyncio.Task[Any]]:
+    """``count`` appends to session "s", which ``holder_store``'s transaction on
+    ``connection`` holds: started, and waiting for it."""
+    holder_store.using(connection).append("s", [NewEvent("t", id="held")])
+    calls = [
+        asyncio.create_task(store.append("s", [NewEvent("t", n, id=f"w{n}")])) for n in range(count)
+    ]
+    await asyncio.sleep(0.5)
+    return calls
+
+
 def test_closing_with_calls_queued_fails_them_with_store_closed(postgres_url: str) -> None:
     """Twenty appends wait for a session another transaction holds (fifteen threads,
     five queued); the store is closed: the queued ones fail with STORE_CLOSED, not a
@@ -205,12 +219,7 @@ def test_closing_with_calls_queued_fails_them_with_store_closed(postgres_url: st
         store = a2sql.create_async_store(postgres_url, migrate=False)
         await store.ensure_schema()
         with holder_store.begin() as connection:
-            holder_store.using(connection).append("s", [NewEvent("t", id="held")])
-            calls = [
-                asyncio.create_task(store.append("s", [NewEvent("t", n, id=f"w{n}")]))
-                for n in range(20)
-            ]
-            await asyncio.sleep(0.5)
+            calls = await appends_waiting_for(holder_store, connection, store, 20)
             await store.close()
         return await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 30)
 
@@ -238,12 +247,7 @@ def test_cancelled_calls_waiting_for_a_lock_free_their_threads_at_once(
             postgres_url, migrate=False, lock_timeout_ms=20_000
         ) as store:
             with holder_store.begin() as connection:
-                holder_store.using(connection).append("s", [NewEvent("t", id="held")])
-                calls = [
-                    asyncio.create_task(store.append("s", [NewEvent("t", n, id=f"w{n}")]))
-                    for n in range(15)
-                ]
-                await asyncio.sleep(0.5)
+                calls = await appends_waiting_for(holder_store, connection, store, 15)
                 for call in calls:
                     call.cancel()
                 outcomes = await asyncio.gather(*calls, return_exceptions=True)
