@@ -186,14 +186,13 @@ class SyncPath:
         # asyncio.wait_for cancels returns its result when it finishes anyway.
         # The cancellation is taken back (Task.uncancel): it came too late.
         task = asyncio.current_task()
-        if task is not None:
-            task.uncancel()
         while True:
+            if task is not None:
+                task.uncancel()
             try:
                 return await asyncio.shield(handed)
             except asyncio.CancelledError:
-                if task is not None:
-                    task.uncancel()
+                pass
 
     def _in_thread(self, ctx: Context, job: _Job) -> Any:
         if self._closed:
