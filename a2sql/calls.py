@@ -10,30 +10,35 @@ engine it is on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Executable
+from sqlalchemy.exc import DBAPIError
 
-from a2sql import validate
+from a2sql import execute, validate
 from a2sql.begin import begin_own, hold_write_lock
 from a2sql.clock import Clock, SystemClock
 from a2sql.codec import truncate_ms
 from a2sql.dialects import Dialect
-from a2sql.errors import invalid
+from a2sql.direct import DirectTransaction
+from a2sql.errors import invalid, is_event_id_collision
 from a2sql.execute import Transaction
 from a2sql.ops import append as append_ops
 from a2sql.ops import attempts as attempt_ops
 from a2sql.ops import claims as claim_ops
 from a2sql.ops import dispatch as dispatch_ops
+from a2sql.ops import fused as fused_ops
 from a2sql.ops import inspect as inspect_ops
 from a2sql.ops import presence as presence_ops
 from a2sql.ops import repair as repair_ops
 from a2sql.ops import retention as retention_ops
 from a2sql.ops import state as state_ops
 from a2sql.ops.events import ValidEvent
+from a2sql.ops.fused import Fused
 from a2sql.preparation import unprepared_behind_pooler
 from a2sql.records import (
     JSON,
@@ -100,6 +105,9 @@ class Call(NamedTuple, Generic[T]):
     read_only: bool = False
     # Whether the result means new events in ``lock_session``: streams are woken.
     added_events: Callable[[T], bool] | None = None
+    # The common case in one statement after the lock (a2sql.ops.fused), built
+    # when it is sent; ``run`` follows when it answers ``None``.
+    fused: Callable[[], Fused[T]] | None = None
 
     def wakes(self, result: T) -> bool:
         return self.added_events is not None and self.added_events(result)
@@ -119,6 +127,30 @@ def _has_events(result: AppendResult | CompleteResult) -> bool:
 def run_in_transaction(connection: Transaction, ctx: Context, call: Call[T]) -> T:
     """The body of every transaction of a2sql's own, sync or async: lock the session, then
     run."""
+    if call.fused is not None and type(connection) is DirectTransaction:
+        assert call.lock_session is not None
+        lock = ctx.dialect.own_lock(
+            call.lock_session,
+            announce=call.added_events is not None,
+            lock_timeout_ms=ctx.lock_timeout_ms,
+        )
+        fuse, built = call.fused, list[Fused[T]]()
+
+        def statement() -> tuple[Executable, Mapping[str, Any]]:
+            # Built once the lock is granted: the clock is read after it.
+            fused = fuse()
+            built.append(fused)
+            return fused.statement, fused.params
+
+        with _collisions(built):
+            rows = connection.pipeline(lock, statement)
+        result = built[0].answer(rows)
+        if result is not None:
+            return result
+        # Not the common case, and nothing was written: the full path decides,
+        # in the same transaction if it is still open, else in the next one.
+        if connection.commits_later:
+            return call.run(connection)
     if call.lock_session is not None:
         ctx.dialect.lock_session(
             connection,
@@ -126,7 +158,30 @@ def run_in_transaction(connection: Transaction, ctx: Context, call: Call[T]) -> 
             announce=call.added_events is not None,
             lock_timeout_ms=ctx.lock_timeout_ms,
         )
+    return _run_locked(connection, call)
+
+
+def _run_locked(connection: Transaction, call: Call[T]) -> T:
+    """The call, the session's lock taken: its fused statement first when it has one."""
+    if call.fused is not None and type(connection) is not DirectTransaction:
+        fused = call.fused()
+        with _collisions([fused]):
+            result = fused.answer(execute.rows(connection, fused.statement, fused.params))
+        if result is not None:
+            return result
     return call.run(connection)
+
+
+@contextmanager
+def _collisions(built: Sequence[Fused[Any]]) -> Iterator[None]:
+    """A hit on the unique event id index as the fused call's own error, if it has one
+    (``built``: the fused statement, once it is built)."""
+    try:
+        yield
+    except DBAPIError as error:
+        if not built or built[0].collided is None or not is_event_id_collision(error):
+            raise
+        raise built[0].collided() from None
 
 
 def run_own_transaction(connection: Connection, ctx: Context, call: Call[T]) -> T:
@@ -168,7 +223,7 @@ def run_in_savepoint(connection: Connection, ctx: Context, call: Call[T]) -> T:
             )
         elif not call.read_only:
             ctx.dialect.check_isolation(connection)
-        return call.run(connection)
+        return _run_locked(connection, call)
 
 
 def _valid_cause(cause: object, where: str) -> EventCause:
@@ -236,10 +291,14 @@ def append(ctx: Context, session_id: object, events: object) -> Call[AppendResul
     batch = _valid_events(ctx, events, "events")
     if not batch:
         return Call(lambda c: append_ops.has_pending(c, sid), read_only=True)
+    fused = None
+    if ctx.dialect.fuses and fused_ops.fuses(batch) and all(e.cause is None for e in batch):
+        fused = lambda: fused_ops.append(sid, batch, now=ctx.now(), new_id=ctx.ids)  # noqa: E731
     return Call(
         lambda c: append_ops.append(c, sid, batch, now=ctx.now(), new_id=ctx.ids),
         lock_session=sid,
         added_events=_has_events,
+        fused=fused,
     )
 
 
@@ -282,7 +341,18 @@ def claim_available(
             limit=most,
         )
 
-    return Call(run, lock_session=sid)
+    def fused() -> Fused[ClaimResult]:
+        now = ctx.now()
+        return fused_ops.claim_available(
+            sid,
+            holder=who,
+            now=now,
+            expires_at=expiry(now),
+            exclude_indexes=excluded,
+            limit=most,
+        )
+
+    return Call(run, lock_session=sid, fused=fused if ctx.dialect.fuses else None)
 
 
 def _claim_limit(limit: object) -> int | None:
@@ -383,12 +453,18 @@ def complete_attempt(
 ) -> Call[CompleteResult]:
     sid = validate.name(session_id, "session_id")
     at, att, batch = _valid_completion(ctx, index, attempt, events, "")
+    fused = None
+    if ctx.dialect.fuses and fused_ops.fuses(batch):
+        fused = lambda: fused_ops.complete(  # noqa: E731
+            sid, index=at, attempt=att, batch=batch, now=ctx.now(), new_id=ctx.ids
+        )
     return Call(
         lambda c: attempt_ops.complete_attempt(
             c, sid, index=at, attempt=att, batch=batch, now=ctx.now(), new_id=ctx.ids
         ),
         lock_session=sid,
         added_events=_has_events,
+        fused=fused,
     )
 
 
@@ -464,7 +540,19 @@ def fail_attempt(
             retry_at=retry_at,
         )
 
-    return Call(run, lock_session=sid)
+    def fused() -> Fused[FailResult]:
+        now = ctx.now()
+        return fused_ops.fail_attempt(
+            sid,
+            index=at,
+            attempt=att,
+            error=message,
+            max_failures=limit,
+            now=now,
+            retry_at=validate.expiry(now, delay, "retry_after_ms") if delay else None,
+        )
+
+    return Call(run, lock_session=sid, fused=fused if ctx.dialect.fuses else None)
 
 
 def read_state(session_id: object, reducer_name: object) -> Call[StateRead]:

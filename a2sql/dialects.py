@@ -33,6 +33,9 @@ class Dialect:
 
     name: str
     stream_poll_interval: float
+    # Whether the hot writes have a fused statement for their common case
+    # (a2sql.ops.fused): where round trips are the cost.
+    fuses = False
     upsert_snapshot: Insert
     upsert_presence: Insert
 
@@ -47,6 +50,13 @@ class Dialect:
         the lock (and may then sit idle); ``None`` in the caller's
         transaction, whose own settings apply.
         """
+
+    def own_lock(
+        self, session_id: str, *, announce: bool, lock_timeout_ms: int
+    ) -> tuple[Select[Any], dict[str, Any]]:
+        """``lock_session``'s statement in a transaction of a2sql's own, and its
+        parameters (PostgreSQL: sent ahead of a fused statement, a2sql.ops.fused)."""
+        raise NotImplementedError
 
     def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
         """Lock the session for writing if no other transaction holds it; never wait."""
@@ -124,6 +134,7 @@ class PostgresDialect(Dialect):
     name = "postgresql"
     # LISTEN/NOTIFY wakes streams; polling only covers a lost notification.
     stream_poll_interval = POSTGRES_POLL_INTERVAL_S
+    fuses = True
     _lock_call = func.pg_advisory_xact_lock(
         literal_column(str(SESSION_LOCK_CLASS)), func.hashtext(bindparam("sid"))
     )
@@ -171,11 +182,17 @@ class PostgresDialect(Dialect):
         self, tx: Transaction, session_id: str, *, announce: bool, lock_timeout_ms: int | None
     ) -> None:
         if lock_timeout_ms is not None:
-            wait = str(lock_timeout_ms)
-            execute.run(tx, self._own_lock[announce], {"sid": session_id, "wait": wait})
+            execute.run(
+                tx, *self.own_lock(session_id, announce=announce, lock_timeout_ms=lock_timeout_ms)
+            )
             return
         [(level, *_)] = execute.rows(tx, self._callers_lock[announce], {"sid": session_id})
         _check_isolation(level)
+
+    def own_lock(
+        self, session_id: str, *, announce: bool, lock_timeout_ms: int
+    ) -> tuple[Select[Any], dict[str, Any]]:
+        return self._own_lock[announce], {"sid": session_id, "wait": str(lock_timeout_ms)}
 
     def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
         [(locked,)] = execute.rows(tx, self._try_lock, {"sid": session_id})

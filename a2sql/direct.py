@@ -37,6 +37,10 @@ Row = tuple[Any, ...]
 Processor = Callable[[Any], Any]
 
 _REQUIRED = object()
+# a2sql's writes need READ COMMITTED, whatever the server's default (a2sql.dialects).
+_BEGIN_READ_COMMITTED = b"BEGIN ISOLATION LEVEL READ COMMITTED"
+# psycopg's TransactionStatus.IDLE (libpq's PQTRANS_IDLE), without importing psycopg.
+_IDLE = 0
 _UNCHANGED = object()
 # Expanding statements rendered per list length, kept per statement.
 MAX_SHAPES = 64
@@ -225,6 +229,7 @@ class DirectTransaction:
     """One a2sql transaction on a pooled driver connection's cursor."""
 
     __slots__ = (
+        "_autocommit",
         "_cursor",
         "_dialect",
         "_engine",
@@ -232,6 +237,7 @@ class DirectTransaction:
         "_level",
         "_pooled",
         "_threshold",
+        "commits_later",
         "sqlite",
     )
 
@@ -246,6 +252,12 @@ class DirectTransaction:
         # a2sql changed them (a2sql.preparation).
         self._level: Any = _UNCHANGED
         self._threshold: Any = preparation.UNPREPARED
+        # Whether ``pipeline`` set the connection to autocommit (to put back).
+        self._autocommit = False
+        # Whether whoever runs the transaction commits it (or rolls it back)
+        # itself, also after ``pipeline``: an AsyncStore's hand-off decides at
+        # the end, so that a cancelled call commits nothing (a2sql.handoff).
+        self.commits_later = False
 
     @property
     def driver_connection(self) -> Any:
@@ -282,8 +294,63 @@ class DirectTransaction:
             return
         try:
             self._pooled.dbapi_connection.commit()  # type: ignore[union-attr]
+            self._end_autocommit()
         except self._error as error:
             self._fail(error, "COMMIT", ())
+
+    def pipeline(
+        self, lock: tuple[Executable, Params], then: Callable[[], tuple[Executable, Params]]
+    ) -> list[Row]:
+        """The transaction in two round trips (psycopg's pipeline mode): BEGIN and the
+        ``lock`` statement; once the lock is granted, the statement ``then()`` builds
+        (it may read the clock: after the lock, as in every transaction) and COMMIT,
+        unless ``commits_later``. The statement's rows. Committed, the transaction is
+        over; a later statement begins the next one."""
+        connection: Any = self._pooled.driver_connection
+        cursor = self._cursor
+        sent: list[tuple[str, Any]] = []
+        commit = not self.commits_later
+        # BEGIN is sent as a statement, in autocommit mode: psycopg's own BEGIN
+        # waits for its answer inside a pipeline, a round trip of its own. (A
+        # connection's first transaction has begun already: a2sql.preparation
+        # asked the server a question.)
+        begin = connection.info.transaction_status == _IDLE
+        if begin:
+            connection.autocommit = True
+            self._autocommit = True
+            sent.append((_BEGIN_READ_COMMITTED.decode(), ()))
+        try:
+            with connection.pipeline() as pipeline:
+                if begin:
+                    connection.execute(_BEGIN_READ_COMMITTED)
+                prepared = self._prepare(lock[0])
+                sql, arguments = prepared.arguments(lock[1])
+                sent.append((sql, arguments))
+                # Its rows are not read: it runs on a cursor of its own, dropped.
+                connection.cursor().execute(sql, arguments)
+                pipeline.sync()
+                statement, params = then()
+                prepared = self._prepare(statement)
+                sql, arguments = prepared.arguments(params)
+                sent.append((sql, arguments))
+                cursor.execute(sql, arguments)
+                if commit:
+                    # As a statement too: commit() in a pipeline waits first.
+                    sent.append(("COMMIT", ()))
+                    connection.execute(b"COMMIT")
+            rows = prepared.rows(cast("list[Row]", cursor.fetchall())) if prepared.fetch else []
+        except self._error as error:
+            # Which statement failed is in the error; all of them are reported.
+            self._fail(error, ";\n".join(sql for sql, _ in sent), [a for _, a in sent])
+        if commit:
+            self._end_autocommit()
+        return rows
+
+    def _end_autocommit(self) -> None:
+        """After the transaction ``pipeline`` began: the connection as it was."""
+        if self._autocommit:
+            self._autocommit = False
+            self._pooled.dbapi_connection.autocommit = False  # type: ignore[union-attr]
 
     def rollback(self) -> None:
         """After a failure: never raises (the failure being handled is the one to report)."""
@@ -293,6 +360,7 @@ class DirectTransaction:
         try:
             if not self.sqlite:
                 pooled.dbapi_connection.rollback()  # type: ignore[union-attr]
+                self._end_autocommit()
             elif pooled.driver_connection.in_transaction:  # type: ignore[union-attr]
                 self._cursor.execute("ROLLBACK")
         except self._error as error:
@@ -332,6 +400,9 @@ class DirectTransaction:
         # A cursor of a lost connection has nothing left to free.
         with suppress(Exception):
             self._cursor.close()
+        if self._autocommit:
+            with suppress(Exception):  # as the level
+                self._end_autocommit()
         if self._level is not _UNCHANGED:
             with suppress(Exception):  # a lost connection is not reused
                 self._pooled.dbapi_connection.isolation_level = self._level  # type: ignore[union-attr]

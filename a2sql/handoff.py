@@ -41,6 +41,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
 from a2sql.calls import Call, Context, run_in_transaction
+from a2sql.direct import DirectTransaction
 from a2sql.errors import closed_store
 from a2sql.execute import Transaction
 from a2sql.pooled import KEEP_IDLE, PooledTransactions
@@ -112,6 +113,9 @@ def _driver_of(transaction: Transaction) -> Any:
 
 
 def _unless_abandoned(transaction: Transaction, ctx: Context, job: _Job) -> Any:
+    if isinstance(transaction, DirectTransaction):
+        # The commit is decided here, after the statements (a pipeline leaves it out).
+        transaction.commits_later = True
     job.running_on(_driver_of(transaction))
     try:
         result = run_in_transaction(transaction, ctx, job.call)

@@ -124,22 +124,37 @@ def _fmt_rate(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
 
 
+def _trips(summary: dict[str, Any]) -> str:
+    trips = summary.get("round_trips_per_op")
+    return f"{trips:>6.1f}" if trips is not None else f"{'-':>6}"
+
+
 def _case_line(case: dict[str, Any]) -> str:
     a2, base = case["a2sql"], case["baseline"]
     items = ""
     if a2.get("items_per_s", a2["ops_per_s"]) != a2["ops_per_s"]:
         items = f"  items/s {_fmt_rate(a2['items_per_s'])} vs {_fmt_rate(base['items_per_s'])}"
-    return (
+    line = (
         f"  {case['case']:<28} {_fmt_rate(a2['ops_per_s']):>9} {_fmt_rate(base['ops_per_s']):>9}"
         f" {case['ratio']:>6.2f}  {a2['p50_ms']:>7.3f} {a2['p99_ms']:>7.3f}"
         f"  {base['p50_ms']:>7.3f} {base['p99_ms']:>7.3f}"
-        f"  {a2['statements_per_op']:>6.1f} {base['statements_per_op']:>6.1f}{items}"
+        f"  {a2['statements_per_op']:>6.1f} {base['statements_per_op']:>6.1f}"
+        f" {_trips(a2)} {_trips(base)}{items}"
     )
+    if "floor" in case:
+        floor = case["floor"]
+        line += (
+            f"\n  {'  against the floor':<28} {'':>9} {_fmt_rate(floor['ops_per_s']):>9}"
+            f" {case['floor_ratio']:>6.2f}  {'':>7} {'':>7}"
+            f"  {floor['p50_ms']:>7.3f} {floor['p99_ms']:>7.3f}"
+            f"  {'':>6} {floor['statements_per_op']:>6.1f} {'':>6} {_trips(floor)}"
+        )
+    return line
 
 
 HEADER = (
     f"  {'case':<28} {'a2sql/s':>9} {'base/s':>9} {'ratio':>6}  {'a2 p50':>7} {'a2 p99':>7}"
-    f"  {'bl p50':>7} {'bl p99':>7}  {'a2 st':>6} {'bl st':>6}"
+    f"  {'bl p50':>7} {'bl p99':>7}  {'a2 st':>6} {'bl st':>6} {'a2 rt':>6} {'bl rt':>6}"
 )
 
 
@@ -155,7 +170,9 @@ def print_table(result: dict[str, Any]) -> None:
     if comparisons:
         print(HEADER)
         print("  (ops/s: median of rounds; latency in ms per op; st: statements per op,")
-        print("   BEGIN and COMMIT included; ratio: a2sql/baseline ops/s)")
+        print("   BEGIN and COMMIT included; rt: round trips per op, PostgreSQL;")
+        print("   ratio: a2sql/baseline ops/s; 'against the floor': the one-round-trip-")
+        print("   per-transaction floor in the baseline's columns, ratio a2sql/floor)")
         for case in comparisons:
             print(_case_line(case))
     for case in result["cases"]:
@@ -208,19 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a2sql's side through Store (sync) or AsyncStore (async): in-process "
         "workloads and contention; memory, peers and dispatch run their own",
     )
-    parser.add_argument(
-        "--floor",
-        action="store_true",
-        help="PostgreSQL append and cycle: against the one-round-trip-per-transaction floor "
-        "(bench/floor_postgres.py) instead of the like-for-like baseline",
-    )
     args = parser.parse_args(argv)
-    if args.floor:
-        if args.engine != "postgres" or args.workload not in ("append", "cycle"):
-            parser.error("--floor is for --engine postgres, --workload append or cycle")
-        from bench import impl
-
-        impl.FLOOR = True
     if args.api == "async":
         from bench import impl
 

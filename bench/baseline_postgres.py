@@ -138,6 +138,11 @@ class PostgresBaseline:
     def counting(self, on: bool) -> None:
         """The baseline always counts: an integer increment per statement."""
 
+    @property
+    def round_trips(self) -> int:
+        """Each statement waits for its answer (an ``executemany`` is pipelined: one)."""
+        return self.statements
+
     def _x(self, sql: str, params: Any = None) -> psycopg.Cursor[Any]:
         self.statements += 1
         return self.cur.execute(sql, params, prepare=self.prepare)

@@ -119,6 +119,8 @@ class SqliteBaseline:
         self.conn.execute("pragma journal_mode = wal")
         self.conn.execute("pragma synchronous = normal")
         self.statements = 0
+        # Nothing to wait for on SQLite: no round trips counted.
+        self.round_trips = None
 
     def counting(self, on: bool) -> None:
         """The baseline always counts: an integer increment per statement."""

@@ -32,6 +32,8 @@ class Impl(Protocol):
 
     name: str
     statements: int
+    # Round trips to the database, where they are counted (None: not counted).
+    round_trips: int | None
 
     def append(self, session_id: str, payloads: Sequence[JSON]) -> int:
         """Append events (store-made ids, no cause or lane); returns the last index."""
@@ -158,23 +160,40 @@ class A2sqlImpl:
                 raise SystemExit("--unprepared measures the sync API only")
             _never_prepare(self._timed.engine)
         # Counting is done on a second store of the same database, running the
-        # same code: a listener on an engine makes its SQLite transactions take
-        # the Connection path for good (a2sql.direct.observed), so the timed
-        # store's engine never gets one.
-        self._counted = open_store(url)
+        # same code: a listener on an engine makes its transactions take the
+        # Connection path for good (a2sql.direct.observed), so the timed
+        # store's engine never gets one. On PostgreSQL (sync) the counting
+        # store's cursors count instead, on the timed store's path, round
+        # trips too (bench/round_trips.py).
+        self._statements = 0
+        self._counter = None
+        if API == "sync" and url.startswith("postgresql"):
+            from bench.round_trips import Counter
+
+            self._counter = Counter()
+            self._counted = a2sql.create_store(self._counter.engine(url), migrate=False)
+        else:
+            self._counted = open_store(url)
+            engine = sync_engine(self._counted)
+            hooks = ["before_cursor_execute", "commit", "rollback"]
+            if engine.dialect.name == "postgresql":
+                # psycopg sends BEGIN before a transaction's first statement; on
+                # SQLite a2sql's own BEGIN IMMEDIATE is a cursor execute already.
+                hooks.append("begin")
+            for hook in hooks:
+                event.listen(engine, hook, self._count)
         self.store = self._timed
-        self.statements = 0
-        engine = sync_engine(self._counted)
-        hooks = ["before_cursor_execute", "commit", "rollback"]
-        if engine.dialect.name == "postgresql":
-            # psycopg sends BEGIN before a transaction's first statement; on
-            # SQLite a2sql's own BEGIN IMMEDIATE is a cursor execute already.
-            hooks.append("begin")
-        for hook in hooks:
-            event.listen(engine, hook, self._count)
 
     def _count(self, *_args: Any, **_kw: Any) -> None:
-        self.statements += 1
+        self._statements += 1
+
+    @property
+    def statements(self) -> int:
+        return self._statements if self._counter is None else self._counter.statements
+
+    @property
+    def round_trips(self) -> int | None:
+        return None if self._counter is None else self._counter.round_trips
 
     def counting(self, on: bool) -> None:
         """Send the calls to the counted store from now on, or back to the timed one."""
@@ -218,11 +237,9 @@ class A2sqlImpl:
     def close(self) -> None:
         self._timed.close()
         self._counted.close()
-
-
-# ``python -m bench --floor`` (PostgreSQL): the baseline is the one-round-trip
-# floor (bench/floor_postgres.py) rather than a2sql's statements by hand.
-FLOOR = False
+        if self._counter is not None:
+            self._counted.engine.dispose()
+            self._counter.close()
 
 
 def open_baseline(engine: str, driver_dsn: str) -> Impl:
@@ -230,17 +247,18 @@ def open_baseline(engine: str, driver_dsn: str) -> Impl:
     if engine == "postgres":
         from bench.baseline_postgres import PostgresBaseline
 
-        if FLOOR:
-            from bench.floor_postgres import PostgresFloor
-
-            return PostgresFloor(driver_dsn, prepare=not UNPREPARED)
-
         return PostgresBaseline(driver_dsn, prepare=not UNPREPARED)
     from bench.baseline_sqlite import SqliteBaseline
 
     return SqliteBaseline(driver_dsn)
 
 
-def open_impls(engine: str, a2sql_url: str, driver_dsn: str) -> list[Impl]:
-    """a2sql and the bare-driver baseline of ``engine``, on the same database."""
-    return [A2sqlImpl(a2sql_url), open_baseline(engine, driver_dsn)]
+def open_impls(engine: str, a2sql_url: str, driver_dsn: str, *, floor: bool = False) -> list[Impl]:
+    """a2sql and the bare-driver baseline of ``engine``, on the same database; with
+    ``floor`` (PostgreSQL), the one-round-trip-per-transaction floor third."""
+    impls = [A2sqlImpl(a2sql_url), open_baseline(engine, driver_dsn)]
+    if floor:
+        from bench.floor_postgres import PostgresFloor
+
+        impls.append(PostgresFloor(driver_dsn, prepare=not UNPREPARED))
+    return impls

@@ -14,6 +14,7 @@ class Counted(Protocol):
 
     name: str
     statements: int
+    round_trips: int | None
 
     def counting(self, on: bool) -> None:
         """Count statements from now on, or stop (counting may cost time: not timed)."""
@@ -31,6 +32,7 @@ class Sample:
     # Counted over the warm-up, untimed: listeners that count cost time.
     counted_ops: int = 0
     statements: int = 0
+    round_trips: int | None = None
 
     def summary(self, items_per_op: int = 1) -> dict[str, Any]:
         lat = sorted(self.latencies_ns)
@@ -42,6 +44,11 @@ class Sample:
             "p99_ms": round(percentile(lat, 99) / 1e6, 3),
             "statements_per_op": (
                 round(self.statements / self.counted_ops, 2) if self.counted_ops else 0.0
+            ),
+            "round_trips_per_op": (
+                round(self.round_trips / self.counted_ops, 2)
+                if self.counted_ops and self.round_trips is not None
+                else None
             ),
             "round_ops_per_s": [round(r, 1) for r in self.round_rates],
         }
@@ -71,16 +78,21 @@ def run_round(
     sample.ops += ops
 
 
-def count_statements(impl: Counted, op: Callable[[int], object], ops: int) -> tuple[int, int]:
-    """Run ``op(0 .. ops-1)`` untimed, counting statements: (statements, ops)."""
+def count_statements(
+    impl: Counted, op: Callable[[int], object], ops: int
+) -> tuple[int, int | None, int]:
+    """Run ``op(0 .. ops-1)`` untimed, counting: (statements, round trips, ops)."""
     impl.counting(True)
-    before = impl.statements
+    before, trips_before = impl.statements, impl.round_trips
     try:
         for i in range(ops):
             op(i)
     finally:
         impl.counting(False)
-    return impl.statements - before, ops
+    trips = None
+    if trips_before is not None and impl.round_trips is not None:
+        trips = impl.round_trips - trips_before
+    return impl.statements - before, trips, ops
 
 
 C = TypeVar("C", bound=Counted)
@@ -105,7 +117,8 @@ def interleaved(
     samples = {impl.name: Sample(impl.name) for impl in impls}
     counters = dict.fromkeys(ops_of, 0)
     for impl in impls:
-        samples[impl.name].statements, samples[impl.name].counted_ops = count_statements(
+        sample = samples[impl.name]
+        sample.statements, sample.round_trips, sample.counted_ops = count_statements(
             impl, ops_of[impl.name], warmup
         )
         counters[impl.name] += warmup
@@ -118,13 +131,27 @@ def interleaved(
 
 
 def compare(
-    case: str, a2: Sample, base: Sample, *, items_per_op: int = 1, **extra: Any
+    case: str,
+    a2: Sample,
+    base: Sample,
+    *,
+    floor: Sample | None = None,
+    items_per_op: int = 1,
+    **extra: Any,
 ) -> dict[str, Any]:
-    """One case's result: both implementations and the ratio a2sql/baseline of ops/s."""
+    """One case's result: both implementations and the ratio a2sql/baseline of ops/s;
+    with ``floor``, the floor too and the ratio a2sql/floor."""
     a2s = a2.summary(items_per_op)
     bs = base.summary(items_per_op)
     ratio = a2s["ops_per_s"] / bs["ops_per_s"] if bs["ops_per_s"] else 0.0
-    return {"case": case, "a2sql": a2s, "baseline": bs, "ratio": round(ratio, 3), **extra}
+    result = {"case": case, "a2sql": a2s, "baseline": bs, "ratio": round(ratio, 3), **extra}
+    if floor is not None:
+        fs = floor.summary(items_per_op)
+        result["floor"] = fs
+        result["floor_ratio"] = (
+            round(a2s["ops_per_s"] / fs["ops_per_s"], 3) if fs["ops_per_s"] else 0.0
+        )
+    return result
 
 
 class Stopwatch:

@@ -136,9 +136,9 @@ def append_many_op(impl: Impl, prefix: str) -> Callable[[int], None]:
 class Run:
     """A fresh database and both implementations on it, for one workload."""
 
-    def __init__(self, engine: str) -> None:
+    def __init__(self, engine: str, *, floor: bool = False) -> None:
         self.target = databases.prepare(engine)
-        self.impls = open_impls(engine, self.target.a2sql_url, self.target.driver_dsn)
+        self.impls = open_impls(engine, self.target.a2sql_url, self.target.driver_dsn, floor=floor)
 
     def close(self) -> None:
         for impl in self.impls:
@@ -172,15 +172,15 @@ def append(p: Params) -> dict[str, Any]:
     rounds = p.rounds or 5
     watch = Stopwatch()
     cases = []
-    with Run(p.engine) as run:
+    with Run(p.engine, floor=p.engine == "postgres") as run:
         for case, make in (
             ("one_session", lambda impl: append_one_op(impl, f"{impl.name}/append")),
             ("many_sessions", lambda impl: append_many_op(impl, f"{impl.name}/many/")),
         ):
-            a2, base = interleaved(
+            a2, base, *floor = interleaved(
                 run.impls, make, ops=ops, rounds=rounds, warmup=max(ops // 10, 10)
             )
-            cases.append(compare(case, a2, base))
+            cases.append(compare(case, a2, base, floor=floor[0] if floor else None))
     return _result("append", p, ops, rounds, watch, cases)
 
 
@@ -189,15 +189,15 @@ def cycle(p: Params) -> dict[str, Any]:
     ops = default(p.ops, sqlite=2000, postgres=200, engine=p.engine)
     rounds = p.rounds or 5
     watch = Stopwatch()
-    with Run(p.engine) as run:
-        a2, base = interleaved(
+    with Run(p.engine, floor=p.engine == "postgres") as run:
+        a2, base, *floor = interleaved(
             run.impls,
             lambda impl: cycle_op(impl, f"{impl.name}/cycle"),
             ops=ops,
             rounds=rounds,
             warmup=max(ops // 10, 10),
         )
-        cases = [compare("cycle", a2, base)]
+        cases = [compare("cycle", a2, base, floor=floor[0] if floor else None)]
     return _result("cycle", p, ops, rounds, watch, cases)
 
 

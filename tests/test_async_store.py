@@ -240,7 +240,9 @@ class Gate:
 
 def test_cancelled_complete_attempt_suspended_before_its_insert_writes_nothing(url: str) -> None:
     """Cancelling complete_attempt suspended between marking the event processed and
-    inserting the returned events leaves the event unprocessed and nothing appended."""
+    inserting the returned events leaves the event unprocessed and nothing appended.
+    (The returned event has a lane: on PostgreSQL a completion whose returned events
+    have none is one statement, a2sql.ops.fused; the next test suspends that one.)"""
 
     async def scenario() -> None:
         async with a2sql.create_async_store(url, migrate=True) as store:
@@ -249,10 +251,37 @@ def test_cancelled_complete_attempt_suspended_before_its_insert_writes_nothing(u
             gate = Gate(store, "insert into a2_events")
             try:
                 call = asyncio.create_task(
-                    store.complete_attempt("s", index=1, attempt=1, events=[NewEvent("r", id="r1")])
+                    store.complete_attempt(
+                        "s", index=1, attempt=1, events=[NewEvent("r", id="r1", lane="L")]
+                    )
                 )
                 await asyncio.wait_for(gate.reached.wait(), DEADLINE_S)
                 assert checked_out(store) == before + 1
+                await cancel(call)
+            finally:
+                gate.remove()
+            assert checked_out(store) == before
+            await assert_completion_left_nothing(store)
+            assert checked_out(store) == before
+
+    run(scenario)
+
+
+def test_cancelled_fused_complete_attempt_writes_nothing(postgres_url: str) -> None:
+    """Cancelling complete_attempt suspended at its one statement (PostgreSQL, returned
+    events without a lane, a2sql.ops.fused) leaves the event unprocessed and nothing
+    appended."""
+
+    async def scenario() -> None:
+        async with a2sql.create_async_store(postgres_url, migrate=True) as store:
+            await claimed_event(store, lane="L")
+            before = checked_out(store)
+            gate = Gate(store, "with done as")
+            try:
+                call = asyncio.create_task(
+                    store.complete_attempt("s", index=1, attempt=1, events=[NewEvent("r", id="r1")])
+                )
+                await asyncio.wait_for(gate.reached.wait(), DEADLINE_S)
                 await cancel(call)
             finally:
                 gate.remove()

@@ -119,3 +119,51 @@ def test_no_golden_file_holds_a_literal_value() -> None:
     """Values go as bound parameters: the files hold none of the scenario's values."""
     for path in GOLDEN.glob("*/*.sql"):
         assert not re.search(r"'(e1|r1|boom|ns)'", path.read_text()), path
+
+
+# The calls whose common case is one pipeline on PostgreSQL's direct path
+# (a2sql.ops.fused): BEGIN, the lock, one statement and COMMIT.
+FUSED = {"append", "claim_available", "complete_attempt", "fail_attempt"}
+
+
+def test_the_direct_path_sends_the_same_sql(request: pytest.FixtureRequest) -> None:
+    """A store nothing observes runs on the driver's cursor (a2sql.direct): it sends the
+    statements of the files too, as the driver's cursors receive them, and the fused
+    calls send them with BEGIN and COMMIT in one pipeline."""
+    psycopg = pytest.importorskip("psycopg")
+    from sqlalchemy import create_engine
+
+    sent: list[tuple[str, bool]] = []
+
+    class Recording(psycopg.Cursor):  # type: ignore[misc]
+        def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
+            pipelined = self.connection.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
+            sent.append((query.decode() if isinstance(query, bytes) else str(query), pipelined))
+            return super().execute(query, params, **kw)
+
+        def executemany(self, query: Any, params_seq: Any, **kw: Any) -> Any:
+            sent.append((str(query), False))
+            return super().executemany(query, params_seq, **kw)
+
+    url = str(request.getfixturevalue("postgres_url"))
+    engine = create_engine(url, connect_args={"cursor_factory": Recording})
+    try:
+        with a2sql.create_store(engine, migrate=True, clock=FakeClock(T0)) as store:
+            store.delete_session("s")  # a clean slate, and the connection's one-time settings
+            mismatched = []
+            for name, call in scenario(store):
+                sent.clear()
+                call()
+                statements = [sql for sql, _ in sent if not sql.startswith(("BEGIN", "COMMIT"))]
+                text = "\n\n".join(normalized(s) for s in statements) + "\n"
+                if (GOLDEN / "postgresql" / f"{name}.sql").read_text() != text:
+                    mismatched.append(name)
+                if name in FUSED:
+                    assert sent[0][0].startswith("BEGIN"), name
+                    assert sent[-1][0] == "COMMIT", name
+                    assert all(pipelined for _, pipelined in sent), f"{name}: not one pipeline"
+                else:
+                    assert not any(pipelined for _, pipelined in sent), name
+    finally:
+        engine.dispose()
+    assert not mismatched, f"the direct path's SQL of {', '.join(mismatched)} differs"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import bindparam, case, false, null, select, true, update
 from sqlalchemy.exc import DBAPIError
@@ -55,7 +56,7 @@ COMPLETE_IF_CURRENT = (
     )
     .returning(
         E.c.lane,
-        last_index(LAST),
+        last_index(LAST).label("last_index"),
     )
 )
 
@@ -186,10 +187,15 @@ def _append_returned(
             raise
         # The unique index is the check: the transaction is rolled back, and
         # the event stays unprocessed.
-        raise A2Error(
-            ErrorCode.PARTIAL_DUPLICATE_BATCH,
-            f"a returned event id already exists: one of {listed([e.id for e in caused])}",
-        ) from None
+        raise returned_id_taken(caused) from None
+
+
+def returned_id_taken(caused: Sequence[ValidEvent]) -> A2Error:
+    """The error of a completion whose returned events hit the unique event id index."""
+    return A2Error(
+        ErrorCode.PARTIAL_DUPLICATE_BATCH,
+        f"a returned event id already exists: one of {listed([e.id for e in caused])}",
+    )
 
 
 def _replay(
@@ -223,6 +229,38 @@ def _replay(
     return replay(caused, [stored[event_id] for event_id in ids])
 
 
+def fail_params(
+    session_id: str,
+    *,
+    index: int,
+    attempt: int,
+    error: str,
+    max_failures: int,
+    now: datetime,
+    retry_at: datetime | None,
+) -> dict[str, Any]:
+    """The parameters of ``FAIL_IF_CURRENT``."""
+    return {
+        "sid": session_id,
+        "index": index,
+        "attempt": attempt,
+        "error": error,
+        "now": now,
+        "max_failures": max_failures,
+        "retry_at": retry_at,
+    }
+
+
+def counted_failure(
+    row: Sequence[Any], *, max_failures: int, retry_at: datetime | None
+) -> FailResult:
+    """The outcome of a failure ``FAIL_IF_CURRENT`` counted (``row`` is what it returned)."""
+    failures = int(row[0])
+    if failures >= max_failures:
+        return FailResult("dead_lettered", failures)
+    return FailResult("failed", failures, retry_at)
+
+
 def fail_attempt(
     tx: Transaction,
     session_id: str,
@@ -239,21 +277,18 @@ def fail_attempt(
     failed = execute.first(
         tx,
         FAIL_IF_CURRENT,
-        {
-            "sid": session_id,
-            "index": index,
-            "attempt": attempt,
-            "error": error,
-            "now": now,
-            "max_failures": max_failures,
-            "retry_at": retry_at,
-        },
+        fail_params(
+            session_id,
+            index=index,
+            attempt=attempt,
+            error=error,
+            max_failures=max_failures,
+            now=now,
+            retry_at=retry_at,
+        ),
     )
     if failed is not None:
-        failures = int(failed[0])
-        if failures >= max_failures:
-            return FailResult("dead_lettered", failures)
-        return FailResult("failed", failures, retry_at)
+        return counted_failure(failed, max_failures=max_failures, retry_at=retry_at)
     # The attempt does not hold the event: say why.
     event = event_at(tx, session_id, index)
     if event.processed_at is not None or event.attempt_count != attempt:

@@ -163,6 +163,33 @@ def claim_events(
     limit: int | None = None,
 ) -> list[StoredEvent]:
     """The claim itself: the events it took, by index (none when nothing was free)."""
+    statement, params = claim(
+        session_id,
+        holder=holder,
+        now=now,
+        expires_at=expires_at,
+        exclude_indexes=exclude_indexes,
+        limit=limit,
+    )
+    return claimed_events(
+        execute.rows(tx, statement, params),
+        session_id,
+        holder=holder,
+        now=now,
+        expires_at=expires_at,
+    )
+
+
+def claim(
+    session_id: str,
+    *,
+    holder: str,
+    now: datetime,
+    expires_at: datetime,
+    exclude_indexes: Sequence[int],
+    limit: int | None,
+) -> tuple[Update, dict[str, Any]]:
+    """The claim statement for these arguments, and its parameters."""
     params: dict[str, Any] = {
         "sid": session_id,
         "now": now,
@@ -173,12 +200,23 @@ def claim_events(
         params["exclude"] = sorted(set(exclude_indexes))
     if limit is not None:
         params["limit"] = limit
-    statement = claim_statement(bool(exclude_indexes), limit is not None)
+    return claim_statement(bool(exclude_indexes), limit is not None), params
+
+
+def claimed_events(
+    rows: Sequence[Sequence[Any]],
+    session_id: str,
+    *,
+    holder: str,
+    now: datetime,
+    expires_at: datetime,
+) -> list[StoredEvent]:
+    """The claim statement's rows as the events claimed, by index."""
     # The claim's own times as a read would give them: in UTC, once for every event.
     claimed_at, expiry = now.astimezone(UTC), expires_at.astimezone(UTC)
     return [
         claimed_event(row, session_id, now=claimed_at, holder=holder, expires_at=expiry)
-        for row in sorted(execute.rows(tx, statement, params), key=itemgetter(0))  # by index
+        for row in sorted(rows, key=itemgetter(0))  # by index
     ]
 
 
