@@ -189,3 +189,70 @@ def test_a_frozen_client_mid_transaction_is_cut_off_and_frees_the_session(pg_url
     finally:
         thread.join()
         frozen.close()
+
+
+def _wait_until_a_lock_is_awaited(url: str) -> None:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as probe:
+            for _ in range(500):
+                waiting = probe.execute(
+                    text(
+                        "select count(*) from pg_locks where locktype = 'advisory' and not granted"
+                    )
+                ).scalar_one()
+                probe.rollback()
+                if waiting:
+                    return
+                time.sleep(0.01)
+    finally:
+        engine.dispose()
+    raise AssertionError("the call never waited for the session's lock")
+
+
+def _failed_at(store: a2sql.Store) -> datetime | None:
+    store.fail_attempt("s", index=1, attempt=1, error="e", max_failures=3)
+    return store.read("s")[0].last_failed_at
+
+
+@pytest.mark.parametrize("call", ["append", "claim_available", "complete_attempt", "fail_attempt"])
+def test_a_write_that_waited_for_the_session_lock_carries_the_time_after_it(
+    pg_url: str, call: str
+) -> None:
+    """The clock is read once the session's lock is granted, also where a call's common
+    case goes in one pipeline (a2sql.ops.fused): a write that waited for another writer
+    never carries a time before that writer's. (Read when the call was sent, the torture
+    runs' lane check saw a claim stamped before its lane's previous event was done.)"""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    clock = FakeClock(t0)
+    with a2sql.create_store(pg_url, migrate=False, clock=clock) as store:
+        store.append("s", [NewEvent("t", 1)])
+        if call in ("complete_attempt", "fail_attempt"):
+            store.claim_available("s", holder="w", ttl_ms=60_000)
+        calls = {
+            "append": lambda: store.append("s", [NewEvent("t", 2)]).events[0].created_at,
+            "claim_available": lambda: (
+                store.claim_available("s", holder="w", ttl_ms=60_000).events[0].last_claimed_at
+            ),
+            "complete_attempt": lambda: (
+                store.complete_attempt("s", index=1, attempt=1, events=[NewEvent("r", 1, id="r1")])
+                .events[0]
+                .created_at
+            ),
+            "fail_attempt": lambda: _failed_at(store),
+        }
+        held, done = threading.Event(), threading.Event()
+        holder = threading.Thread(target=_hold_session_lock, args=(pg_url, "s", held, done))
+        holder.start()
+        stamped: list[datetime | None] = []
+        try:
+            assert held.wait(10)
+            writer = threading.Thread(target=lambda: stamped.append(calls[call]()))
+            writer.start()
+            _wait_until_a_lock_is_awaited(pg_url)
+            later = clock.advance(seconds=5)
+        finally:
+            done.set()
+            holder.join()
+        writer.join(10)
+        assert stamped == [later]
