@@ -127,30 +127,23 @@ def _has_events(result: AppendResult | CompleteResult) -> bool:
 def run_in_transaction(connection: Transaction, ctx: Context, call: Call[T]) -> T:
     """The body of every transaction of a2sql's own, sync or async: lock the session, then
     run."""
-    if call.fused is not None and type(connection) is DirectTransaction:
-        assert call.lock_session is not None
-        lock = ctx.dialect.own_lock(
-            call.lock_session,
-            announce=call.added_events is not None,
-            lock_timeout_ms=ctx.lock_timeout_ms,
-        )
-        fuse, built = call.fused, list[Fused[T]]()
-
-        def statement() -> tuple[Executable, Mapping[str, Any]]:
-            # Built once the lock is granted: the clock is read after it.
-            fused = fuse()
-            built.append(fused)
-            return fused.statement, fused.params
-
-        with _collisions(built):
-            rows = connection.pipeline(lock, statement)
-        result = built[0].answer(rows)
+    if (
+        call.fused is not None
+        and type(connection) is DirectTransaction
+        and not connection.commits_later
+    ):
+        result = _pipelined(connection, ctx, call)
         if result is not None:
             return result
         # Not the common case, and nothing was written: the full path decides,
-        # in the same transaction if it is still open, else in the next one.
-        if connection.commits_later:
-            return call.run(connection)
+        # in the next transaction.
+        _lock(connection, ctx, call)
+        return call.run(connection)
+    _lock(connection, ctx, call)
+    return _run_locked(connection, call)
+
+
+def _lock(connection: Transaction, ctx: Context, call: Call[Any]) -> None:
     if call.lock_session is not None:
         ctx.dialect.lock_session(
             connection,
@@ -158,12 +151,33 @@ def run_in_transaction(connection: Transaction, ctx: Context, call: Call[T]) -> 
             announce=call.added_events is not None,
             lock_timeout_ms=ctx.lock_timeout_ms,
         )
-    return _run_locked(connection, call)
+
+
+def _pipelined(connection: DirectTransaction, ctx: Context, call: Call[T]) -> T | None:
+    """The call's fused statement in a pipeline with BEGIN, the lock and COMMIT: its
+    answer (``None``: nothing was written, the transaction is over)."""
+    assert call.lock_session is not None and call.fused is not None
+    lock = ctx.dialect.own_lock(
+        call.lock_session,
+        announce=call.added_events is not None,
+        lock_timeout_ms=ctx.lock_timeout_ms,
+    )
+    fuse, built = call.fused, list[Fused[T]]()
+
+    def statement() -> tuple[Executable, Mapping[str, Any]]:
+        # Built once the lock is granted: the clock is read after it.
+        fused = fuse()
+        built.append(fused)
+        return fused.statement, fused.params
+
+    with _collisions(built):
+        rows = connection.pipeline(lock, statement)
+    return built[0].answer(rows)
 
 
 def _run_locked(connection: Transaction, call: Call[T]) -> T:
     """The call, the session's lock taken: its fused statement first when it has one."""
-    if call.fused is not None and type(connection) is not DirectTransaction:
+    if call.fused is not None:
         fused = call.fused()
         with _collisions([fused]):
             result = fused.answer(execute.rows(connection, fused.statement, fused.params))

@@ -255,8 +255,9 @@ class DirectTransaction:
         # Whether ``pipeline`` set the connection to autocommit (to put back).
         self._autocommit = False
         # Whether whoever runs the transaction commits it (or rolls it back)
-        # itself, also after ``pipeline``: an AsyncStore's hand-off decides at
-        # the end, so that a cancelled call commits nothing (a2sql.handoff).
+        # itself: an AsyncStore's hand-off decides at the end, so that a call
+        # cancelled while any statement waits commits nothing (a2sql.handoff).
+        # No ``pipeline`` then, which commits with its statement.
         self.commits_later = False
 
     @property
@@ -303,13 +304,12 @@ class DirectTransaction:
     ) -> list[Row]:
         """The transaction in two round trips (psycopg's pipeline mode): BEGIN and the
         ``lock`` statement; once the lock is granted, the statement ``then()`` builds
-        (it may read the clock: after the lock, as in every transaction) and COMMIT,
-        unless ``commits_later``. The statement's rows. Committed, the transaction is
-        over; a later statement begins the next one."""
+        (it may read the clock: after the lock, as in every transaction) and COMMIT.
+        The statement's rows. The transaction is over when this returns; a later
+        statement begins the next one."""
         connection: Any = self._pooled.driver_connection
         cursor = self._cursor
         sent: list[tuple[str, Any]] = []
-        commit = not self.commits_later
         # BEGIN is sent as a statement, in autocommit mode: psycopg's own BEGIN
         # waits for its answer inside a pipeline, a round trip of its own. (A
         # connection's first transaction has begun already: a2sql.preparation
@@ -334,16 +334,14 @@ class DirectTransaction:
                 sql, arguments = prepared.arguments(params)
                 sent.append((sql, arguments))
                 cursor.execute(sql, arguments)
-                if commit:
-                    # As a statement too: commit() in a pipeline waits first.
-                    sent.append(("COMMIT", ()))
-                    connection.execute(b"COMMIT")
+                # As a statement too: commit() in a pipeline waits first.
+                sent.append(("COMMIT", ()))
+                connection.execute(b"COMMIT")
             rows = prepared.rows(cast("list[Row]", cursor.fetchall())) if prepared.fetch else []
         except self._error as error:
             # Which statement failed is in the error; all of them are reported.
             self._fail(error, ";\n".join(sql for sql, _ in sent), [a for _, a in sent])
-        if commit:
-            self._end_autocommit()
+        self._end_autocommit()
         return rows
 
     def _end_autocommit(self) -> None:

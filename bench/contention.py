@@ -156,6 +156,7 @@ def _run_config(
         rates = []
         latencies: list[int] = []
         statements = counted_ops = 0
+        trips: int | None = 0
         for r in range(rounds):
             rows = [row for _, (out, _) in outs for row in out if row[0] == r and row[1] == name]
             wall = (max(row[3] for row in rows) - min(row[2] for row in rows)) / 1e9
@@ -163,14 +164,17 @@ def _run_config(
             for row in rows:
                 latencies.extend(row[4])
         for _, (_, counted) in outs:  # each worker's warm-up count
-            statements += counted[name][0]
-            counted_ops += counted[name][1]
+            worker_statements, worker_trips, worker_ops = counted[name]
+            statements += worker_statements
+            counted_ops += worker_ops
+            trips = None if trips is None or worker_trips is None else trips + worker_trips
         latencies.sort()
         summary[name] = {
             "ops_per_s": round(statistics.median(rates), 1),
             "p50_ms": round(percentile(latencies, 50) / 1e6, 3),
             "p99_ms": round(percentile(latencies, 99) / 1e6, 3),
             "statements_per_op": round(statements / counted_ops, 2),
+            "round_trips_per_op": None if trips is None else round(trips / counted_ops, 2),
             "round_ops_per_s": [round(x, 1) for x in rates],
         }
     summary["ratio"] = round(summary["a2sql"]["ops_per_s"] / summary["baseline"]["ops_per_s"], 3)

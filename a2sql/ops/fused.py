@@ -15,10 +15,11 @@ two round trips: BEGIN and the lock statement; then, once the lock is
 granted, this statement (built only then: its parameters hold the clock's
 reading, which must follow the lock as in every transaction, so that the
 times a session's writes carry follow the order the lock gives them) and
-COMMIT. An AsyncStore's hand-off (a2sql.handoff) sends COMMIT apart, once it
-knows the call was not cancelled. Elsewhere (an engine something observes,
-the caller's transaction, the asyncio engine) the statement follows the lock
-as any other.
+COMMIT. Elsewhere the statement follows the lock as any other: on an engine
+something observes, in the caller's transaction, on the asyncio engine, and
+in an AsyncStore's hand-off (a2sql.handoff), which commits only once the
+statement has run and the call was not cancelled (a call cancelled while a
+statement waits for a row lock commits nothing).
 
 The lock stays a statement of its own: under READ COMMITTED a statement's
 snapshot is taken when it starts, so a lock taken inside it would not make it
