@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, case, false, null, select, true, update
+from sqlalchemy import ColumnElement, Update, bindparam, case, false, null, select, true, update
 from sqlalchemy.exc import DBAPIError
 
 from a2sql import execute
@@ -60,25 +60,35 @@ COMPLETE_IF_CURRENT = (
     )
 )
 
-PROMOTE_LANE_HEAD = (
-    update(E)
-    .where(
-        E.c.session_id == SESSION,
-        # The lane's oldest unprocessed event: first in a2_events_lane_pending
-        # (see a2sql.ops.events on reading firsts in index order).
-        E.c.idx
-        == select(E.c.idx)
+
+def promote_lane_head(
+    lane: ColumnElement[Any], events: Any = E, *, besides: ColumnElement[Any] | None = None
+) -> Update:
+    """Make ready the lane's oldest unprocessed event, read from ``events`` (E or an
+    alias of it): first in a2_events_lane_pending (see a2sql.ops.events on reading
+    firsts in index order). ``besides``: an index left out, the event being completed
+    by the same statement, which still sees it unprocessed."""
+    head = select(events.c.idx).where(
+        events.c.session_id == SESSION,
+        events.c.lane == lane,
+        events.c.processed_at.is_(None),
+    )
+    if besides is not None:
+        head = head.where(events.c.idx != besides)
+    return (
+        update(E)
         .where(
             E.c.session_id == SESSION,
-            E.c.lane == bindparam("lane_name"),
-            E.c.processed_at.is_(None),
+            E.c.idx
+            == head.order_by(events.c.session_id, events.c.lane, events.c.idx)
+            .limit(ONE_ROW)
+            .scalar_subquery(),
         )
-        .order_by(E.c.session_id, E.c.lane, E.c.idx)
-        .limit(ONE_ROW)
-        .scalar_subquery(),
+        .values(lane_ready=true())
     )
-    .values(lane_ready=true())
-)
+
+
+PROMOTE_LANE_HEAD = promote_lane_head(bindparam("lane_name"))
 
 # The common failure in one statement: count it and release the claim if this
 # attempt still holds the event. SET reads the row as it was, so

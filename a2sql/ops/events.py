@@ -105,23 +105,19 @@ PENDING_LANES = (
 )
 
 # The columns an append sets; the others keep their defaults.
-INSERT_EVENTS = insert(E).values(
-    {
-        name: bindparam(name)
-        for name in (
-            "session_id",
-            "idx",
-            "event_type",
-            "payload",
-            "event_id",
-            "created_at",
-            "cause",
-            "lane",
-            "lane_ready",
-            "processed_at",
-        )
-    }
+INSERTED_COLUMNS = (
+    "session_id",
+    "idx",
+    "event_type",
+    "payload",
+    "event_id",
+    "created_at",
+    "cause",
+    "lane",
+    "lane_ready",
+    "processed_at",
 )
+INSERT_EVENTS = insert(E).values({name: bindparam(name) for name in INSERTED_COLUMNS})
 
 
 def events_by_id(tx: Transaction, ids: Sequence[str]) -> dict[str, StoredEvent]:

@@ -51,7 +51,6 @@ from sqlalchemy import (
     null,
     select,
     true,
-    update,
 )
 from sqlalchemy.dialects import postgresql
 
@@ -65,13 +64,13 @@ from a2sql.ops.attempts import (
     NOW,
     counted_failure,
     fail_params,
+    promote_lane_head,
     returned_id_taken,
 )
 from a2sql.ops.claims import claim, claimed_events
 from a2sql.ops.events import (
     HAS_PENDING,
-    ONE_ROW,
-    SESSION,
+    INSERTED_COLUMNS,
     ValidEvent,
     last_index,
     new_stored_event,
@@ -149,19 +148,6 @@ _ROWS = (
 )
 _MANY = _Batch(_ROWS.c.offset, _ROWS.c.type, _ROWS.c.payload, _ROWS.c.id, _ROWS.c.settled)
 
-_INSERTED = (
-    "session_id",
-    "idx",
-    "event_type",
-    "payload",
-    "event_id",
-    "created_at",
-    "cause",
-    "lane",
-    "lane_ready",
-    "processed_at",
-)
-
 
 def _rows(batch: _Batch, after: Any, cause: Any) -> Select[Any]:
     """The batch's rows numbered from ``after`` + 1, without lanes."""
@@ -219,7 +205,9 @@ def _append(batch: _Batch, taken: Any) -> Insert:
     RETURNING sees the session as it was before the statement)."""
     return (
         insert(E)
-        .from_select(_INSERTED, _rows(batch, func.coalesce(last_index(), 0), null()).where(~taken))
+        .from_select(
+            INSERTED_COLUMNS, _rows(batch, func.coalesce(last_index(), 0), null()).where(~taken)
+        )
         .returning(E.c.idx, HAS_PENDING)
     )
 
@@ -259,27 +247,10 @@ def append(
 # --- complete_attempt --------------------------------------------------------
 
 _DONE = COMPLETE_IF_CURRENT.cte("done")
-_LANE_EVENT = E.alias("lane_event")
-# The lane's oldest unprocessed event after the completed one, as
-# a2sql.ops.attempts.PROMOTE_LANE_HEAD finds it once the completion is seen.
-_PROMOTED = (
-    update(E)
-    .where(
-        E.c.session_id == SESSION,
-        E.c.idx
-        == select(_LANE_EVENT.c.idx)
-        .where(
-            _LANE_EVENT.c.session_id == SESSION,
-            _LANE_EVENT.c.lane == _DONE.c.lane,
-            _LANE_EVENT.c.processed_at.is_(None),
-            _LANE_EVENT.c.idx != bindparam("index"),
-        )
-        .order_by(_LANE_EVENT.c.session_id, _LANE_EVENT.c.lane, _LANE_EVENT.c.idx)
-        .limit(ONE_ROW)
-        .scalar_subquery(),
-    )
-    .values(lane_ready=true())
-    .cte("promoted")
+# The lane's next event, read from an alias: the completed one left out,
+# which the statement still sees unprocessed.
+_PROMOTED = promote_lane_head(_DONE.c.lane, E.alias("lane_event"), besides=bindparam("index")).cte(
+    "promoted"
 )
 
 
@@ -289,7 +260,7 @@ def _complete(batch: _Batch | None) -> Select[Any]:
     if batch is None:
         return statement
     returned = insert(E).from_select(
-        _INSERTED,
+        INSERTED_COLUMNS,
         _rows(batch, _DONE.c.last_index, bindparam("caused_by", type_=Text)).select_from(
             _DONE if batch is _ONE else _DONE.join(_ROWS, true())
         ),
