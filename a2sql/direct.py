@@ -39,8 +39,10 @@ Processor = Callable[[Any], Any]
 _REQUIRED = object()
 # a2sql's writes need READ COMMITTED, whatever the server's default (a2sql.dialects).
 _BEGIN_READ_COMMITTED = b"BEGIN ISOLATION LEVEL READ COMMITTED"
-# psycopg's TransactionStatus.IDLE (libpq's PQTRANS_IDLE), without importing psycopg.
+# psycopg's TransactionStatus.IDLE and PipelineStatus.OFF (libpq's PQTRANS_IDLE
+# and PQ_PIPELINE_OFF), without importing psycopg.
 _IDLE = 0
+_PIPELINE_OFF = 0
 _UNCHANGED = object()
 # Expanding statements rendered per list length, kept per statement.
 MAX_SHAPES = 64
@@ -339,8 +341,15 @@ class DirectTransaction:
                 connection.execute(b"COMMIT")
             rows = prepared.rows(cast("list[Row]", cursor.fetchall())) if prepared.fetch else []
         except self._error as error:
+            # A connection lost in the second round trip can surface as psycopg
+            # failing to leave pipeline mode ("while busy"), the loss being the
+            # context of that failure: the loss is what is reported and judged.
+            # A connection still in pipeline mode is not reused in any case.
+            stuck = connection.pgconn.pipeline_status != _PIPELINE_OFF
+            context = error.__context__
+            cause = context if stuck and isinstance(context, self._error) else error
             # Which statement failed is in the error; all of them are reported.
-            self._fail(error, ";\n".join(sql for sql, _ in sent), [a for _, a in sent])
+            self._fail(cause, ";\n".join(sql for sql, _ in sent), [a for _, a in sent], lost=stuck)
         self._end_autocommit()
         return rows
 
@@ -413,11 +422,11 @@ class DirectTransaction:
         found = self.send(sql, fetch=True)
         return found[0][0] if found else None
 
-    def _fail(self, error: Exception, sql: str, arguments: Any) -> NoReturn:
+    def _fail(self, error: Exception, sql: str, arguments: Any, *, lost: bool = False) -> NoReturn:
         # As SQLAlchemy's own handling: a lost connection is invalidated, and
         # the pool's idle ones (older than the failure, likely as dead: a server
-        # restart) closed.
-        lost = self._dialect.is_disconnect(
+        # restart) closed. ``lost``: known lost whatever the error says.
+        lost = lost or self._dialect.is_disconnect(
             error,  # type: ignore[arg-type]
             self._pooled.dbapi_connection,
             self._cursor,
