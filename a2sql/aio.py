@@ -21,7 +21,7 @@ from a2sql.calls import Call, Context, Done, run_in_savepoint, run_own_transacti
 from a2sql.clock import Clock
 from a2sql.direct import observed
 from a2sql.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
-from a2sql.handoff import SyncPath
+from a2sql.handoff import Abandoned, Job, SyncPath, completed_anyway, retrieve_outcome
 from a2sql.records import (
     JSON,
     AppendResult,
@@ -330,13 +330,46 @@ class AsyncStore(AsyncOperations):
             except DRIVER_FAILURES as error:
                 raise from_driver_error(error) from error
         else:
-            async with self._connection() as connection, connection.begin():
-                result = await connection.run_sync(run_own_transaction, self._ctx, call)
-            if self._file is not None and not call.read_only:
-                # As Store's: a write that went to a file deleted meanwhile is not done.
-                self._file.check()
+            result = await self._on_asyncio_engine(call)
         if call.lock_session is not None and call.wakes(result):
             self._wakeups.wake(call.lock_session)
+        return result
+
+    async def _on_asyncio_engine(self, call: Call[T]) -> T:
+        """``call`` in a transaction on the asyncio engine, as a task of its own whose
+        commit is never cancelled: a commit cancelled midway may have committed. The
+        call and its cancelled caller race for one decision, as a handed-off call does
+        (a2sql.handoff.Job): cancelled before the commit began, the transaction rolls
+        back; later, the call completes."""
+        job = Job(call)
+        running = asyncio.ensure_future(self._transaction(job))
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            if job.abandon():
+                running.add_done_callback(retrieve_outcome)
+                if self._engine.dialect.name == "postgresql":
+                    # The running statement (a lock wait, say) is cancelled, and the
+                    # caller's CancelledError comes once rolled back.
+                    running.cancel()
+                    await asyncio.wait([running])
+                # On SQLite the statements run to their end, then roll back: an
+                # aiosqlite call cancelled midway can leave its connection's close
+                # waiting for ever (SQLAlchemy 2.1, aiosqlite 0.22), the pool short.
+                raise
+        return await completed_anyway(running)
+
+    async def _transaction(self, job: Job) -> Any:
+        async with self._connection() as connection:
+            if job.abandoned:  # cancelled while it waited for a connection
+                raise Abandoned
+            async with connection.begin():
+                result = await connection.run_sync(run_own_transaction, self._ctx, job.call)
+                if not job.commit():
+                    raise Abandoned
+        if self._file is not None and not job.call.read_only:
+            # As Store's: a write that went to a file deleted meanwhile is not done.
+            self._file.check()
         return result
 
     # --- the caller's transaction ------------------------------------------------

@@ -58,9 +58,10 @@ class Abandoned(Exception):
     """Raised in a handed-off transaction whose caller was cancelled: it rolls back."""
 
 
-class _Job:
-    """One handed-off call, and the one decision its thread and its cancelled caller
-    race for: roll back (``abandon``) or commit (``commit``), whichever comes first."""
+class Job:
+    """One call run apart from its caller (in a thread, or an asyncio task of its own),
+    and the one decision the call and its cancelled caller race for: roll back
+    (``abandon``) or commit (``commit``), whichever comes first."""
 
     __slots__ = ("_abandoned", "_committing", "_driver", "_lock", "call")
 
@@ -112,7 +113,7 @@ def _driver_of(transaction: Transaction) -> Any:
     return transaction.driver_connection
 
 
-def _unless_abandoned(transaction: Transaction, ctx: Context, job: _Job) -> Any:
+def _unless_abandoned(transaction: Transaction, ctx: Context, job: Job) -> Any:
     if isinstance(transaction, DirectTransaction):
         # The commit is decided here, after the statements: no pipeline, which
         # sends COMMIT with them (a2sql.ops.fused).
@@ -127,9 +128,25 @@ def _unless_abandoned(transaction: Transaction, ctx: Context, job: _Job) -> Any:
     return result
 
 
-def _retrieved(future: asyncio.Future[Any]) -> None:
+def retrieve_outcome(future: asyncio.Future[Any]) -> None:
+    """A done callback for a call nobody awaits any more: its error is not logged as
+    never retrieved."""
     if not future.cancelled():
         future.exception()
+
+
+async def completed_anyway(running: asyncio.Future[T]) -> T:
+    """The result of a call whose caller was cancelled once its commit had begun: it
+    completes, as a task ``asyncio.wait_for`` cancels returns its result when it finishes
+    anyway. The cancellation is taken back (``Task.uncancel``): it came too late."""
+    task = asyncio.current_task()
+    while True:
+        if task is not None:
+            task.uncancel()
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            pass
 
 
 def _busy(error: OperationalError) -> bool:
@@ -169,7 +186,7 @@ class SyncPath:
                 # ran but BEGIN, rolled back. Wait for it in the thread.
                 if not _busy(error):
                     raise
-        job = _Job(call)
+        job = Job(call)
         try:
             handed = asyncio.get_running_loop().run_in_executor(
                 self._executor, self._in_thread, ctx, job
@@ -181,25 +198,15 @@ class SyncPath:
         except asyncio.CancelledError:
             if job.abandon():
                 # Its thread rolls back and raises Abandoned, which nobody awaits.
-                handed.add_done_callback(_retrieved)
+                handed.add_done_callback(retrieve_outcome)
                 if self._postgres:
                     # Sending a cancel request takes a connection to the server: not
                     # on the loop's thread, nor on a busy pool's.
                     threading.Thread(target=job.interrupt, name="a2sql-cancel").start()
                 raise
-        # Cancelled once the commit had begun: the call completes, as a task
-        # asyncio.wait_for cancels returns its result when it finishes anyway.
-        # The cancellation is taken back (Task.uncancel): it came too late.
-        task = asyncio.current_task()
-        while True:
-            if task is not None:
-                task.uncancel()
-            try:
-                return await asyncio.shield(handed)
-            except asyncio.CancelledError:
-                pass
+        return await completed_anyway(handed)
 
-    def _in_thread(self, ctx: Context, job: _Job) -> Any:
+    def _in_thread(self, ctx: Context, job: Job) -> Any:
         if self._closed:
             raise closed_store()
         if job.abandoned:  # cancelled while queued

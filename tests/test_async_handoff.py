@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Connection, NullPool, create_engine, make_url, text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent
@@ -157,13 +158,15 @@ def test_many_tasks_on_many_sessions_lose_and_double_nothing(
     assert asyncio.run(scenario()) == [20] * 16
 
 
+@pytest.mark.parametrize("path", ["sync path", "asyncio engine"])
 @pytest.mark.parametrize("engine_kind", ["sqlite", "postgres"])
 def test_a_cancelled_call_raises_cancelled_only_when_nothing_was_committed(
-    engine_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+    engine_kind: str, path: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Appends cancelled after 0 to 4 ms: each either raises CancelledError and left
     nothing, or returns its result and committed. Before, about one in twenty raised
-    CancelledError and was committed anyway (cancelled while it committed)."""
+    CancelledError and was committed anyway (cancelled while it committed), on the sync
+    path and, with an AsyncEngine passed in, on the asyncio engine alike."""
     if engine_kind == "sqlite":
         url = f"sqlite:///{tmp_path / 'a2.db'}"
     else:
@@ -173,7 +176,11 @@ def test_a_cancelled_call_raises_cancelled_only_when_nothing_was_committed(
     async def scenario() -> tuple[list[str], int]:
         wrong = []
         cancelled = 0
-        async with a2sql.create_async_store(url, migrate=True) as store:
+        engine = None
+        if path == "asyncio engine":
+            driver = "sqlite+aiosqlite" if engine_kind == "sqlite" else "postgresql+psycopg"
+            engine = create_async_engine(make_url(url).set(drivername=driver))
+        async with a2sql.create_async_store(engine or url, migrate=True) as store:
             for n in range(150):
                 task = asyncio.create_task(store.append(f"c{n}", [NewEvent("t", n, id=f"e{n}")]))
                 await asyncio.sleep(rng.uniform(0, 0.004))
@@ -188,6 +195,8 @@ def test_a_cancelled_call_raises_cancelled_only_when_nothing_was_committed(
                 found = [e.id for e in await store.read(f"c{n}")]
                 if found != ([f"e{n}"] if committed_expected else []):
                     wrong.append(f"c{n}: returned={committed_expected}, stored={found}")
+        if engine is not None:
+            await engine.dispose()
         return wrong, cancelled
 
     wrong, cancelled = asyncio.run(scenario())

@@ -15,16 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, create_engine, event, make_url, text
+from sqlalchemy import Connection, create_engine, make_url, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import create_async_engine
-from sqlalchemy.util import await_only
 
 import a2sql
 from a2sql import A2Error, AsyncStore, ErrorCode, NewEvent
 from a2sql.config import async_url, resolve_url
 from a2sql.dialects import SESSION_LOCK_CLASS
 from a2sql.migrate import head_revision
+from tests.statement_gate import StatementGate, connections_back
 
 # Bound on every wait, so that a broken cancellation fails instead of hanging.
 DEADLINE_S = 5.0
@@ -220,24 +220,6 @@ def test_cancelled_append_waiting_for_sqlite_write_lock_writes_nothing(tmp_path:
     run(scenario)
 
 
-class Gate:
-    """Suspends the next statement matching ``prefix`` (inside its transaction) until cancelled."""
-
-    def __init__(self, store: AsyncStore, prefix: str) -> None:
-        self.prefix = prefix.lower()
-        self.reached = asyncio.Event()
-        self._engine = store.engine.sync_engine
-        event.listen(self._engine, "before_cursor_execute", self._hook)
-
-    def _hook(self, *args: Any) -> None:
-        if not self.reached.is_set() and str(args[2]).lower().lstrip().startswith(self.prefix):
-            self.reached.set()
-            await_only(asyncio.get_running_loop().create_future())  # until cancelled
-
-    def remove(self) -> None:
-        event.remove(self._engine, "before_cursor_execute", self._hook)
-
-
 def test_cancelled_complete_attempt_suspended_before_its_insert_writes_nothing(url: str) -> None:
     """Cancelling complete_attempt suspended between marking the event processed and
     inserting the returned events leaves the event unprocessed and nothing appended.
@@ -248,7 +230,9 @@ def test_cancelled_complete_attempt_suspended_before_its_insert_writes_nothing(u
         async with a2sql.create_async_store(url, migrate=True) as store:
             await claimed_event(store, lane="L")
             before = checked_out(store)
-            gate = Gate(store, "insert into a2_events")
+            gate = StatementGate(
+                store, lambda sql: sql.lstrip().startswith("insert into a2_events")
+            )
             try:
                 call = asyncio.create_task(
                     store.complete_attempt(
@@ -260,7 +244,7 @@ def test_cancelled_complete_attempt_suspended_before_its_insert_writes_nothing(u
                 await cancel(call)
             finally:
                 gate.remove()
-            assert checked_out(store) == before
+            await connections_back(store, before)
             await assert_completion_left_nothing(store)
             assert checked_out(store) == before
 
@@ -276,7 +260,7 @@ def test_cancelled_fused_complete_attempt_writes_nothing(postgres_url: str) -> N
         async with a2sql.create_async_store(postgres_url, migrate=True) as store:
             await claimed_event(store, lane="L")
             before = checked_out(store)
-            gate = Gate(store, "with done as")
+            gate = StatementGate(store, lambda sql: sql.lstrip().startswith("with done as"))
             try:
                 call = asyncio.create_task(
                     store.complete_attempt("s", index=1, attempt=1, events=[NewEvent("r", id="r1")])
@@ -285,7 +269,7 @@ def test_cancelled_fused_complete_attempt_writes_nothing(postgres_url: str) -> N
                 await cancel(call)
             finally:
                 gate.remove()
-            assert checked_out(store) == before
+            await connections_back(store, before)
             await assert_completion_left_nothing(store)
             assert checked_out(store) == before
 

@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event
-from sqlalchemy.util import await_only
 
 import a2sql
-from a2sql import AsyncStore, EventStream, NewEvent, Store, StoredEvent, wakeups
+from a2sql import EventStream, NewEvent, Store, StoredEvent, wakeups
 from a2sql.pooled import KEEP_IDLE
 from tests.async_adapter import BlockingAsyncStore
+from tests.statement_gate import StatementGate, connections_back
 
 ROOT = Path(__file__).resolve().parent.parent
 # A poll interval no test waits out: delivery before it proves a wake-up.
@@ -378,26 +377,6 @@ def test_close_after_reading_a_burst_releases_connection(live: Store) -> None:
 # --- cancelling an async stream's task ------------------------------------------------
 
 
-class Gate:
-    """Suspends the stream's page read (inside its transaction) until cancelled."""
-
-    def __init__(self, store: AsyncStore) -> None:
-        self.armed = False
-        self.reached = asyncio.Event()
-        self._store = store
-        event.listen(store.engine.sync_engine, "before_cursor_execute", self._hook)
-
-    def _hook(self, *args: Any) -> None:
-        statement = str(args[2]).lower()
-        if self.armed and "from a2_events" in statement:
-            self.armed = False
-            self.reached.set()
-            await_only(asyncio.get_running_loop().create_future())  # until cancelled
-
-    def remove(self) -> None:
-        event.remove(self._store.engine.sync_engine, "before_cursor_execute", self._hook)
-
-
 async def _cancel(task: asyncio.Task[Any]) -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -425,16 +404,15 @@ def test_cancelling_async_stream_task_releases_connection(live_url: str) -> None
             await _cancel(waiting)
             assert pool.checkedout() == before
 
-            gate = Gate(store)
+            gate = StatementGate(store, lambda sql: "from a2_events" in sql)
             try:
-                gate.armed = True
                 reading = asyncio.create_task(consume())
                 await asyncio.wait_for(gate.reached.wait(), WAKE_DEADLINE_S)
                 assert pool.checkedout() == before + 1
                 await _cancel(reading)
             finally:
                 gate.remove()
-            assert pool.checkedout() == before
+            await connections_back(store, before)
             await store.append("s", [NewEvent("t", 3)])
             assert [each.index for each in await store.read("s")] == [1, 2, 3, 4]
 
