@@ -195,7 +195,7 @@ def _collisions(built: Sequence[Fused[Any]]) -> Iterator[None]:
     except DBAPIError as error:
         if not built or built[0].collided is None or not is_event_id_collision(error):
             raise
-        raise built[0].collided() from None
+        raise built[0].collided(error) from None
 
 
 def run_own_transaction(connection: Connection, ctx: Context, call: Call[T]) -> T:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from enum import StrEnum
 
@@ -51,6 +52,18 @@ def is_event_id_collision(error: BaseException) -> bool:
     return "UNIQUE constraint failed: a2_events.event_id" in str(orig)
 
 
+# PostgreSQL's detail of a unique violation names the key that was taken.
+_TAKEN_KEY = re.compile(r"^Key \(event_id\)=\((.*)\) already exists\.$", re.DOTALL)
+
+
+def taken_event_id(error: BaseException) -> str | None:
+    """The event id a unique violation on the event id index names (PostgreSQL), or
+    ``None`` where the database does not say (SQLite)."""
+    diag = getattr(getattr(error, "orig", None), "diag", None)
+    found = _TAKEN_KEY.match(getattr(diag, "message_detail", None) or "")
+    return found.group(1) if found else None
+
+
 def from_driver_error(error: BaseException) -> A2Error:
     """Translate a failure below a2sql (driver, pool, file system) into an ``A2Error``.
 
@@ -59,9 +72,14 @@ def from_driver_error(error: BaseException) -> A2Error:
     ``from error`` so the original stays reachable as ``__cause__``.
     """
     if is_event_id_collision(error):
+        # An append checks the ids it is given under its session's lock: what
+        # still collides is a generated id, or an id another session took meanwhile.
+        taken = taken_event_id(error)
+        which = f"event id {taken!r}" if taken is not None else "an event id of the batch"
         return A2Error(
             ErrorCode.PARTIAL_DUPLICATE_BATCH,
-            "an event id of the batch already exists (appended by a concurrent writer)",
+            f"{which} already exists (event ids are unique across sessions: a generated "
+            "id that repeats one, or an id another session's writer appended meanwhile)",
         )
     locked = _lock_timed_out(error)
     if locked:

@@ -11,7 +11,7 @@ from sqlalchemy.exc import DBAPIError
 
 from a2sql import execute
 from a2sql.codec import encode_ids, stored_event
-from a2sql.errors import A2Error, ErrorCode, is_event_id_collision, listed
+from a2sql.errors import A2Error, ErrorCode, is_event_id_collision, listed, taken_event_id
 from a2sql.execute import Transaction
 from a2sql.ops.append import duplicate_ids
 from a2sql.ops.events import (
@@ -197,14 +197,17 @@ def _append_returned(
             raise
         # The unique index is the check: the transaction is rolled back, and
         # the event stays unprocessed.
-        raise returned_id_taken(caused) from None
+        raise returned_id_taken(caused, error) from None
 
 
-def returned_id_taken(caused: Sequence[ValidEvent]) -> A2Error:
-    """The error of a completion whose returned events hit the unique event id index."""
+def returned_id_taken(caused: Sequence[ValidEvent], error: BaseException) -> A2Error:
+    """The error of a completion whose returned events hit the unique event id index
+    (``error``): the id taken where the database names it, else the batch's ids."""
+    taken = taken_event_id(error)
+    which = repr(taken) if taken is not None else f"one of {listed([e.id for e in caused])}"
     return A2Error(
         ErrorCode.PARTIAL_DUPLICATE_BATCH,
-        f"a returned event id already exists: one of {listed([e.id for e in caused])}",
+        f"a returned event id already exists, in this session or another: {which}",
     )
 
 

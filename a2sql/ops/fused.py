@@ -90,7 +90,7 @@ class Fused(NamedTuple, Generic[T]):
     answer: Callable[[Sequence[AnyRow]], T | None]
     # The error to raise when the statement hits the unique event id index;
     # ``None``: the driver's error, translated as any other.
-    collided: Callable[[], A2Error] | None = None
+    collided: Callable[[BaseException], A2Error] | None = None
 
 
 # --- events numbered on the server -------------------------------------------
@@ -307,7 +307,7 @@ def complete(
         )
 
     statement = COMPLETE_NONE if not batch else COMPLETE_ONE if len(batch) == 1 else COMPLETE_MANY
-    return Fused(statement, params, answer, lambda: returned_id_taken(batch))
+    return Fused(statement, params, answer, lambda error: returned_id_taken(batch, error))
 
 
 # --- claim_available and fail_attempt ----------------------------------------
