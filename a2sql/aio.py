@@ -8,6 +8,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from datetime import datetime
+from functools import partial
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -21,7 +22,7 @@ from a2sql.calls import Call, Context, Done, run_in_savepoint, run_own_transacti
 from a2sql.clock import Clock
 from a2sql.direct import observed
 from a2sql.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
-from a2sql.handoff import Abandoned, Job, SyncPath, completed_anyway, retrieve_outcome
+from a2sql.handoff import Abandoned, Job, SyncPath, decided
 from a2sql.records import (
     JSON,
     AppendResult,
@@ -343,21 +344,17 @@ class AsyncStore(AsyncOperations):
         back; later, the call completes."""
         job = Job(call)
         running = asyncio.ensure_future(self._transaction(job))
-        try:
-            return await asyncio.shield(running)
-        except asyncio.CancelledError:
-            if job.abandon():
-                running.add_done_callback(retrieve_outcome)
-                if self._engine.dialect.name == "postgresql":
-                    # The running statement (a lock wait, say) is cancelled, and the
-                    # caller's CancelledError comes once rolled back.
-                    running.cancel()
-                    await asyncio.wait([running])
-                # On SQLite the statements run to their end, then roll back: an
-                # aiosqlite call cancelled midway can leave its connection's close
-                # waiting for ever (SQLAlchemy 2.1, aiosqlite 0.22), the pool short.
-                raise
-        return await completed_anyway(running)
+        return await decided(job, running, partial(self._abandoned, running))
+
+    async def _abandoned(self, running: asyncio.Future[Any]) -> None:
+        if self._engine.dialect.name == "postgresql":
+            # The running statement (a lock wait, say) is cancelled, and the
+            # caller's CancelledError comes once rolled back.
+            running.cancel()
+            await asyncio.wait([running])
+        # On SQLite the statements run to their end, then roll back: an aiosqlite
+        # call cancelled midway can leave its connection's close waiting for ever
+        # (SQLAlchemy 2.1, aiosqlite 0.22), the pool short.
 
     async def _transaction(self, job: Job) -> Any:
         async with self._connection() as connection:

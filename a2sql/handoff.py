@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
+from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -128,17 +130,33 @@ def _unless_abandoned(transaction: Transaction, ctx: Context, job: Job) -> Any:
     return result
 
 
-def retrieve_outcome(future: asyncio.Future[Any]) -> None:
+def _retrieve_outcome(future: asyncio.Future[Any]) -> None:
     """A done callback for a call nobody awaits any more: its error is not logged as
     never retrieved."""
     if not future.cancelled():
         future.exception()
 
 
-async def completed_anyway(running: asyncio.Future[T]) -> T:
-    """The result of a call whose caller was cancelled once its commit had begun: it
-    completes, as a task ``asyncio.wait_for`` cancels returns its result when it finishes
-    anyway. The cancellation is taken back (``Task.uncancel``): it came too late."""
+async def decided(
+    job: Job, running: asyncio.Future[T], abandon: Callable[[], Awaitable[None]]
+) -> T:
+    """The result of ``running``, which runs ``job``'s call apart from its caller.
+
+    Cancelled, the caller races the call for ``job``'s one decision. Before the
+    commit began, the call rolls back: ``abandon`` hastens that (a statement
+    cancelled on the server, say), then ``CancelledError`` is raised. After, the
+    call completes and its result is returned, as a task ``asyncio.wait_for``
+    cancels returns its result when it finishes anyway; the cancellation came too
+    late and is taken back (``Task.uncancel``).
+    """
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        if job.abandon():
+            # It raises Abandoned, which nobody awaits.
+            running.add_done_callback(_retrieve_outcome)
+            await abandon()
+            raise
     task = asyncio.current_task()
     while True:
         if task is not None:
@@ -193,18 +211,13 @@ class SyncPath:
             )
         except RuntimeError:  # the executor was shut down: the store closed meanwhile
             raise closed_store() from None
-        try:
-            return await asyncio.shield(handed)
-        except asyncio.CancelledError:
-            if job.abandon():
-                # Its thread rolls back and raises Abandoned, which nobody awaits.
-                handed.add_done_callback(retrieve_outcome)
-                if self._postgres:
-                    # Sending a cancel request takes a connection to the server: not
-                    # on the loop's thread, nor on a busy pool's.
-                    threading.Thread(target=job.interrupt, name="a2sql-cancel").start()
-                raise
-        return await completed_anyway(handed)
+        return await decided(job, handed, partial(self._abandoned, job))
+
+    async def _abandoned(self, job: Job) -> None:
+        if self._postgres:
+            # Sending a cancel request takes a connection to the server: not on
+            # the loop's thread, nor on a busy pool's.
+            threading.Thread(target=job.interrupt, name="a2sql-cancel").start()
 
     def _in_thread(self, ctx: Context, job: Job) -> Any:
         if self._closed:
