@@ -3,7 +3,8 @@
 PostgreSQL comes from ``A2SQL_TEST_POSTGRES_URL``; else from testcontainers
 when a Docker engine answers; else its tests skip, saying why. With
 ``CI=true`` a PostgreSQL test that cannot run fails instead of skipping.
-Each PostgreSQL test gets a schema of its own, dropped afterwards.
+Each PostgreSQL test gets a schema of its own, dropped afterwards (while the next
+test runs).
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import URL, create_engine, event, make_url, text
+from sqlalchemy import URL, Engine, create_engine, event, make_url, text
 from sqlalchemy.pool import NullPool
 
 import a2sql
@@ -68,28 +70,72 @@ def postgres_server() -> Iterator[URL | str]:
         yield resolve_url(container.get_connection_url())
 
 
+class _SchemaDropper:
+    """Drops each test's schema in a thread of its own while the next test runs: a drop
+    keeps the server busy for some milliseconds, seconds over a whole run. A drop that
+    fails (the server restarting in a torture test) is tried again at the end."""
+
+    def __init__(self, admin: Engine) -> None:
+        self._admin = admin
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drop-schema")
+        self._failed: list[str] = []
+
+    def drop(self, schema: str) -> None:
+        self._executor.submit(self._drop, schema)
+
+    def _drop(self, schema: str) -> bool:
+        try:
+            with self._admin.begin() as connection:
+                connection.execute(text(f'drop schema if exists "{schema}" cascade'))
+        except Exception:
+            self._failed.append(schema)
+            return False
+        return True
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        failed, self._failed = self._failed, []
+        for schema in failed:
+            self._drop(schema)
+
+
+@pytest.fixture(scope="session")
+def postgres_admin(postgres_server: URL | str) -> Iterator[tuple[Engine, _SchemaDropper]]:
+    """One pooled engine for every test's schema: creating and dropping schemas on a
+    connection kept open saves a connection to the server twice per test. Its
+    connections are checked before use, so a server restart (torture tests) costs
+    nothing but a reconnect."""
+    if isinstance(postgres_server, str):
+        _unavailable(postgres_server)
+        raise AssertionError("unreachable")
+    admin = create_engine(postgres_server, pool_size=2, pool_pre_ping=True)
+    dropper = _SchemaDropper(admin)
+    yield admin, dropper
+    dropper.close()
+    admin.dispose()
+
+
 @pytest.fixture
-def postgres_url(postgres_server: URL | str) -> Iterator[str]:
+def postgres_url(postgres_server: URL | str, request: pytest.FixtureRequest) -> Iterator[str]:
     """A URL whose connections live in a fresh schema of their own, dropped after the test."""
     if isinstance(postgres_server, str):
         _unavailable(postgres_server)
         raise AssertionError("unreachable")
+    admin, dropper = request.getfixturevalue("postgres_admin")
     schema = f"a2test_{uuid.uuid4().hex[:12]}"
-    # No pool: the admin connection must not outlive a server restart (torture tests).
-    admin = create_engine(postgres_server, poolclass=NullPool)
     try:
         with admin.begin() as connection:
             connection.execute(text(f'create schema "{schema}"'))
     except Exception as error:  # the server is down or refuses us
-        admin.dispose()
         _unavailable(f"PostgreSQL at {postgres_server.render_as_string()} failed: {error}")
-    url = postgres_server.update_query_dict({"options": f"-csearch_path={schema}"})
+    url = postgres_server.update_query_dict({"options": f"{SEARCH_PATH}{schema}"})
     try:
         yield url.render_as_string(hide_password=False)
     finally:
-        with admin.begin() as connection:
-            connection.execute(text(f'drop schema if exists "{schema}" cascade'))
-        admin.dispose()
+        dropper.drop(schema)
+
+
+SEARCH_PATH = "-csearch_path="
 
 
 @pytest.fixture(params=ENGINES)
@@ -163,7 +209,7 @@ def migrated_postgres_ddl(postgres_server: URL | str) -> Iterator[str]:
         raise AssertionError("unreachable")
     schema = f"a2template_{uuid.uuid4().hex[:12]}"
     admin = create_engine(postgres_server, poolclass=NullPool)
-    url = postgres_server.update_query_dict({"options": f"-csearch_path={schema}"})
+    url = postgres_server.update_query_dict({"options": f"{SEARCH_PATH}{schema}"})
     engine = create_engine(url, poolclass=NullPool)
     sent: list[str] = []
 
@@ -188,18 +234,19 @@ def migrated_postgres_ddl(postgres_server: URL | str) -> Iterator[str]:
 WRITES = ("CREATE", "INSERT", "UPDATE", "ALTER")
 
 
-def _replay_ddl(url: str, script: str) -> None:
-    engine = create_engine(url, poolclass=NullPool)
+def _replay_ddl(admin: Engine, url: str, script: str) -> None:
+    schema = make_url(url).query["options"]
+    assert isinstance(schema, str) and schema.startswith(SEARCH_PATH), url
+    connection = admin.raw_connection()
     try:
-        connection = engine.raw_connection()
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute(script)  # no parameters: several statements in one round trip
-            connection.commit()
-        finally:
-            connection.close()
+        with connection.cursor() as cursor:
+            # No parameters: several statements in one round trip.
+            cursor.execute(
+                f'SET LOCAL search_path TO "{schema.removeprefix(SEARCH_PATH)}";\n{script}'
+            )
+        connection.commit()
     finally:
-        engine.dispose()
+        connection.close()
 
 
 @pytest.fixture
@@ -218,7 +265,11 @@ def store(
         template: Path = request.getfixturevalue("migrated_sqlite_file")
         shutil.copyfile(template, db_url.removeprefix("sqlite:///"))
     elif engine_kind == "postgres":
-        _replay_ddl(db_url, request.getfixturevalue("migrated_postgres_ddl"))
+        _replay_ddl(
+            request.getfixturevalue("postgres_admin")[0],
+            db_url,
+            request.getfixturevalue("migrated_postgres_ddl"),
+        )
     with _create(facade, db_url, clock=clock, migrate=True) as opened:
         yield opened
 
