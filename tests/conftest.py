@@ -70,49 +70,47 @@ def postgres_server() -> Iterator[URL | str]:
         yield resolve_url(container.get_connection_url())
 
 
-class _SchemaDropper:
-    """Drops each test's schema in a thread of its own while the next test runs: a drop
-    keeps the server busy for some milliseconds, seconds over a whole run. A drop that
-    fails (the server restarting in a torture test) is tried again at the end."""
+class _Schemas:
+    """Each test's schema, made and dropped on one pooled engine: a connection kept open
+    saves a connection to the server twice per test. Its connections are checked
+    before use, so a server restart (torture tests) costs nothing but a reconnect.
 
-    def __init__(self, admin: Engine) -> None:
-        self._admin = admin
+    A schema is dropped in a thread of its own while the next test runs: a drop keeps
+    the server busy for some milliseconds, seconds over a whole run. A drop that
+    fails (the server restarting) is tried again at the end."""
+
+    def __init__(self, server: URL) -> None:
+        self.engine = create_engine(server, pool_size=2, pool_pre_ping=True)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drop-schema")
         self._failed: list[str] = []
 
     def drop(self, schema: str) -> None:
         self._executor.submit(self._drop, schema)
 
-    def _drop(self, schema: str) -> bool:
+    def _drop(self, schema: str) -> None:
         try:
-            with self._admin.begin() as connection:
+            with self.engine.begin() as connection:
                 connection.execute(text(f'drop schema if exists "{schema}" cascade'))
         except Exception:
             self._failed.append(schema)
-            return False
-        return True
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         failed, self._failed = self._failed, []
         for schema in failed:
             self._drop(schema)
+        self.engine.dispose()
 
 
 @pytest.fixture(scope="session")
-def postgres_admin(postgres_server: URL | str) -> Iterator[tuple[Engine, _SchemaDropper]]:
-    """One pooled engine for every test's schema: creating and dropping schemas on a
-    connection kept open saves a connection to the server twice per test. Its
-    connections are checked before use, so a server restart (torture tests) costs
-    nothing but a reconnect."""
+def postgres_schemas(postgres_server: URL | str) -> Iterator[_Schemas]:
+    """Where every PostgreSQL test's schema is made and dropped."""
     if isinstance(postgres_server, str):
         _unavailable(postgres_server)
         raise AssertionError("unreachable")
-    admin = create_engine(postgres_server, pool_size=2, pool_pre_ping=True)
-    dropper = _SchemaDropper(admin)
-    yield admin, dropper
-    dropper.close()
-    admin.dispose()
+    schemas = _Schemas(postgres_server)
+    yield schemas
+    schemas.close()
 
 
 @pytest.fixture
@@ -121,10 +119,10 @@ def postgres_url(postgres_server: URL | str, request: pytest.FixtureRequest) -> 
     if isinstance(postgres_server, str):
         _unavailable(postgres_server)
         raise AssertionError("unreachable")
-    admin, dropper = request.getfixturevalue("postgres_admin")
+    schemas: _Schemas = request.getfixturevalue("postgres_schemas")
     schema = f"a2test_{uuid.uuid4().hex[:12]}"
     try:
-        with admin.begin() as connection:
+        with schemas.engine.begin() as connection:
             connection.execute(text(f'create schema "{schema}"'))
     except Exception as error:  # the server is down or refuses us
         _unavailable(f"PostgreSQL at {postgres_server.render_as_string()} failed: {error}")
@@ -132,7 +130,7 @@ def postgres_url(postgres_server: URL | str, request: pytest.FixtureRequest) -> 
     try:
         yield url.render_as_string(hide_password=False)
     finally:
-        dropper.drop(schema)
+        schemas.drop(schema)
 
 
 SEARCH_PATH = "-csearch_path="
@@ -200,15 +198,17 @@ def migrated_sqlite_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def migrated_postgres_ddl(postgres_server: URL | str) -> Iterator[str]:
+def migrated_postgres_ddl(
+    postgres_server: URL | str, request: pytest.FixtureRequest
+) -> Iterator[str]:
     """The SQL the migrations send to bring an empty PostgreSQL schema to the newest
     revision, recorded once: conformance stores start from it in one round trip instead
     of running every migration (as SQLite ones start from ``migrated_sqlite_file``)."""
     if isinstance(postgres_server, str):
         _unavailable(postgres_server)
         raise AssertionError("unreachable")
+    schemas: _Schemas = request.getfixturevalue("postgres_schemas")
     schema = f"a2template_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(postgres_server, poolclass=NullPool)
     url = postgres_server.update_query_dict({"options": f"{SEARCH_PATH}{schema}"})
     engine = create_engine(url, poolclass=NullPool)
     sent: list[str] = []
@@ -219,16 +219,14 @@ def migrated_postgres_ddl(postgres_server: URL | str) -> Iterator[str]:
             sent.append(statement)
 
     try:
-        with admin.begin() as connection:
+        with schemas.engine.begin() as connection:
             connection.execute(text(f'create schema "{schema}"'))
         event.listen(engine, "before_cursor_execute", record)
         a2sql.migrate.upgrade(engine)
         yield ";\n".join(sent)
     finally:
         engine.dispose()
-        with admin.begin() as connection:
-            connection.execute(text(f'drop schema if exists "{schema}" cascade'))
-        admin.dispose()
+        schemas.drop(schema)
 
 
 WRITES = ("CREATE", "INSERT", "UPDATE", "ALTER")
@@ -266,7 +264,7 @@ def store(
         shutil.copyfile(template, db_url.removeprefix("sqlite:///"))
     elif engine_kind == "postgres":
         _replay_ddl(
-            request.getfixturevalue("postgres_admin")[0],
+            request.getfixturevalue("postgres_schemas").engine,
             db_url,
             request.getfixturevalue("migrated_postgres_ddl"),
         )
