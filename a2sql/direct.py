@@ -14,6 +14,12 @@ lost connections invalidated as SQLAlchemy does it.
 (``observed``), so a listener or ``echo`` attached at any time, before or
 after ``create_store``, sees every statement of every later transaction:
 those then run through ``Connection.execute``.
+
+A store holds a driver connection across many transactions (``HeldConnection``):
+its cursors are made once, and on PostgreSQL it stays in psycopg's autocommit
+mode while held, a2sql sending ``BEGIN``, ``COMMIT`` and ``ROLLBACK`` itself.
+Switching autocommit on and off for each pipelined transaction, and a new
+cursor for each of its statements, cost about a tenth of a cycle's CPU.
 """
 
 from __future__ import annotations
@@ -37,13 +43,12 @@ Row = tuple[Any, ...]
 Processor = Callable[[Any], Any]
 
 _REQUIRED = object()
-# a2sql's writes need READ COMMITTED, whatever the server's default (a2sql.dialects).
+# a2sql's writes need READ COMMITTED, whatever the server's or the connection's
+# default (a2sql.dialects).
 _BEGIN_READ_COMMITTED = b"BEGIN ISOLATION LEVEL READ COMMITTED"
-# psycopg's TransactionStatus.IDLE and PipelineStatus.OFF (libpq's PQTRANS_IDLE
-# and PQ_PIPELINE_OFF), without importing psycopg.
-_IDLE = 0
+_COMMIT = b"COMMIT"
+# psycopg's PipelineStatus.OFF (libpq's PQ_PIPELINE_OFF), without importing psycopg.
 _PIPELINE_OFF = 0
-_UNCHANGED = object()
 # Expanding statements rendered per list length, kept per statement.
 MAX_SHAPES = 64
 
@@ -227,35 +232,77 @@ class _Prepared:
 _prepared: dict[tuple[str, int], _Prepared] = {}
 
 
+class HeldConnection:
+    """A pooled driver connection while a store holds it, across its transactions.
+
+    Set up when the store takes it from the pool, put back as it was by
+    ``release``: the cursor statements run on and, on PostgreSQL, a second one
+    for the statements of a pipeline whose rows are not read (BEGIN, the lock,
+    COMMIT), and psycopg's autocommit mode. In that mode psycopg sends no BEGIN
+    of its own, which in a pipeline would wait for its answer; a2sql's
+    transactions send theirs, at READ COMMITTED whatever the connection's level.
+    """
+
+    __slots__ = ("_set_autocommit", "cursor", "pooled", "side", "sqlite")
+
+    def __init__(self, pooled: PoolProxiedConnection, *, sqlite: bool) -> None:
+        self.pooled = pooled
+        self.sqlite = sqlite
+        self.cursor: Any = pooled.cursor()
+        self.side: Any = None
+        self._set_autocommit = False
+        if not sqlite:
+            self.side = pooled.cursor()
+            driver: Any = pooled.driver_connection
+            if not driver.autocommit:
+                driver.autocommit = True
+                self._set_autocommit = True
+
+    def release(self) -> None:
+        """Put the connection back as it was taken, and check it in to the pool."""
+        pooled = self.pooled
+        if pooled.is_valid:
+            try:
+                self.cursor.close()
+                if self.side is not None:
+                    self.side.close()
+                if self._set_autocommit:
+                    pooled.driver_connection.autocommit = False  # type: ignore[union-attr]
+            except Exception as error:  # lost meanwhile: the pool must not hand it out
+                pooled.invalidate(error)
+        pooled.close()
+
+
 class DirectTransaction:
-    """One a2sql transaction on a pooled driver connection's cursor."""
+    """One a2sql transaction on a held driver connection's cursor."""
 
     __slots__ = (
-        "_autocommit",
         "_cursor",
         "_dialect",
         "_engine",
         "_error",
-        "_level",
+        "_held",
         "_pooled",
         "_threshold",
+        "_unbegun",
         "commits_later",
         "sqlite",
     )
 
-    def __init__(self, engine: Engine, pooled: PoolProxiedConnection) -> None:
+    def __init__(self, engine: Engine, held: HeldConnection) -> None:
         self._engine = engine
-        self._pooled = pooled
+        self._held = held
+        self._pooled = held.pooled
         self._dialect = engine.dialect
         self._error: type[Exception] = self._dialect.loaded_dbapi.Error
-        self.sqlite = self._dialect.name == "sqlite"
-        self._cursor = pooled.cursor()
-        # The isolation level and prepare threshold to put back (psycopg), if
-        # a2sql changed them (a2sql.preparation).
-        self._level: Any = _UNCHANGED
+        self.sqlite = held.sqlite
+        self._cursor = held.cursor
+        # PostgreSQL: BEGIN is still to be sent, with the first statement (SQLite
+        # sends it in ``begin``).
+        self._unbegun = not held.sqlite
+        # The prepare threshold to put back (psycopg), if a2sql changed it
+        # (a2sql.preparation).
         self._threshold: Any = preparation.UNPREPARED
-        # Whether ``pipeline`` set the connection to autocommit (to put back).
-        self._autocommit = False
         # Whether whoever runs the transaction commits it (or rolls it back)
         # itself: an AsyncStore's hand-off decides at the end, so that a call
         # cancelled while any statement waits commits nothing (a2sql.handoff).
@@ -275,31 +322,21 @@ class DirectTransaction:
         return prepared
 
     def begin(self, *, read_only: bool) -> None:
-        """Open the transaction (psycopg opens one itself before the first statement, at
-        the connection's isolation level: READ COMMITTED for a2sql's own, on an
-        application's engine too, until ``close``)."""
+        """Open the transaction: on PostgreSQL, BEGIN goes with the first statement."""
         if self.sqlite:
             self.send("BEGIN" if read_only else "BEGIN IMMEDIATE")
             return
         connection: Any = self._pooled.dbapi_connection
-        read_committed = self._dialect.loaded_dbapi.IsolationLevel.READ_COMMITTED
-        level = connection.isolation_level
-        if level != read_committed:
-            connection.isolation_level = read_committed
-            self._level = level
         self._threshold = preparation.unprepare(self._pooled.info, connection, self.scalar)
 
     def commit(self) -> None:
+        # As a statement on SQLite too: the driver keeps it prepared, where its
+        # commit() prepares COMMIT anew each time.
         if self.sqlite:
-            # As a statement: the driver keeps it prepared, where its commit()
-            # prepares COMMIT anew each time.
             self.send("COMMIT")
-            return
-        try:
-            self._pooled.dbapi_connection.commit()  # type: ignore[union-attr]
-            self._end_autocommit()
-        except self._error as error:
-            self._fail(error, "COMMIT", ())
+        elif not self._unbegun:
+            self.send(_COMMIT)
+            self._unbegun = True
 
     def pipeline(
         self, lock: tuple[Executable, Params], then: Callable[[], tuple[Executable, Params]]
@@ -310,35 +347,30 @@ class DirectTransaction:
         The statement's rows. The transaction is over when this returns; a later
         statement begins the next one."""
         connection: Any = self._pooled.driver_connection
-        cursor = self._cursor
+        cursor, side = self._cursor, self._held.side
         sent: list[tuple[str, Any]] = []
-        # BEGIN is sent as a statement, in autocommit mode: psycopg's own BEGIN
-        # waits for its answer inside a pipeline, a round trip of its own. (A
-        # connection's first transaction has begun already: a2sql.preparation
+        # (A connection's first transaction has begun already: a2sql.preparation
         # asked the server a question.)
-        begin = connection.info.transaction_status == _IDLE
+        begin = self._unbegun
         if begin:
-            connection.autocommit = True
-            self._autocommit = True
             sent.append((_BEGIN_READ_COMMITTED.decode(), ()))
+        self._unbegun = True
         try:
             with connection.pipeline() as pipeline:
                 if begin:
-                    connection.execute(_BEGIN_READ_COMMITTED)
+                    side.execute(_BEGIN_READ_COMMITTED)
                 prepared = self._prepare(lock[0])
                 sql, arguments = prepared.arguments(lock[1])
                 sent.append((sql, arguments))
-                # Its rows are not read: it runs on a cursor of its own, dropped.
-                connection.cursor().execute(sql, arguments)
+                side.execute(sql, arguments)
                 pipeline.sync()
                 statement, params = then()
                 prepared = self._prepare(statement)
                 sql, arguments = prepared.arguments(params)
                 sent.append((sql, arguments))
                 cursor.execute(sql, arguments)
-                # As a statement too: commit() in a pipeline waits first.
                 sent.append(("COMMIT", ()))
-                connection.execute(b"COMMIT")
+                side.execute(_COMMIT)
             rows = prepared.rows(cast("list[Row]", cursor.fetchall())) if prepared.fetch else []
         except self._error as error:
             # A connection lost in the second round trip can surface as psycopg
@@ -350,33 +382,34 @@ class DirectTransaction:
             cause = context if stuck and isinstance(context, self._error) else error
             # Which statement failed is in the error; all of them are reported.
             self._fail(cause, ";\n".join(sql for sql, _ in sent), [a for _, a in sent], lost=stuck)
-        self._end_autocommit()
         return rows
-
-    def _end_autocommit(self) -> None:
-        """After the transaction ``pipeline`` began: the connection as it was."""
-        if self._autocommit:
-            self._autocommit = False
-            self._pooled.dbapi_connection.autocommit = False  # type: ignore[union-attr]
 
     def rollback(self) -> None:
         """After a failure: never raises (the failure being handled is the one to report)."""
         pooled = self._pooled
         if not pooled.is_valid:
             return
+        driver: Any = pooled.driver_connection
         try:
             if not self.sqlite:
-                pooled.dbapi_connection.rollback()  # type: ignore[union-attr]
-                self._end_autocommit()
-            elif pooled.driver_connection.in_transaction:  # type: ignore[union-attr]
+                # The driver's own, in autocommit mode too (it sends ROLLBACK when a
+                # transaction is open): psycopg then forgets the statements it
+                # prepared, one of which a failed pipeline may have left unprepared
+                # on the server while psycopg counts it as prepared.
+                driver.rollback()
+            elif driver.in_transaction:
                 self._cursor.execute("ROLLBACK")
         except self._error as error:
             pooled.invalidate(error)
 
     def send(
-        self, sql: str, arguments: Any = (), *, many: bool = False, fetch: bool = False
+        self, sql: str | bytes, arguments: Any = (), *, many: bool = False, fetch: bool = False
     ) -> list[Row]:
-        """Run SQL text as it is; its rows if ``fetch``."""
+        """Run SQL text as it is; its rows if ``fetch``. The first on PostgreSQL begins the
+        transaction."""
+        if self._unbegun:
+            self._unbegun = False
+            self.send(_BEGIN_READ_COMMITTED)
         cursor = self._cursor
         try:
             if many:
@@ -404,17 +437,8 @@ class DirectTransaction:
         self.send(prepared.sql, [prepared.arguments(params)[1] for params in many], many=True)
 
     def close(self) -> None:
-        # A cursor of a lost connection has nothing left to free.
-        with suppress(Exception):
-            self._cursor.close()
-        if self._autocommit:
-            with suppress(Exception):  # as the level
-                self._end_autocommit()
-        if self._level is not _UNCHANGED:
-            with suppress(Exception):  # a lost connection is not reused
-                self._pooled.dbapi_connection.isolation_level = self._level  # type: ignore[union-attr]
         if self._threshold is not preparation.UNPREPARED:
-            with suppress(Exception):  # as the level
+            with suppress(Exception):  # a lost connection is not reused
                 preparation.restore(self._pooled.dbapi_connection, self._threshold)
 
     def scalar(self, sql: str) -> Any:
@@ -422,7 +446,9 @@ class DirectTransaction:
         found = self.send(sql, fetch=True)
         return found[0][0] if found else None
 
-    def _fail(self, error: Exception, sql: str, arguments: Any, *, lost: bool = False) -> NoReturn:
+    def _fail(
+        self, error: Exception, sql: str | bytes, arguments: Any, *, lost: bool = False
+    ) -> NoReturn:
         # As SQLAlchemy's own handling: a lost connection is invalidated, and
         # the pool's idle ones (older than the failure, likely as dead: a server
         # restart) closed. ``lost``: known lost whatever the error says.
@@ -434,7 +460,8 @@ class DirectTransaction:
         if lost:
             self._pooled.invalidate(error)
             self._engine.pool.dispose()
-        raise self.wrap(self._engine, error, sql, arguments, lost=lost) from error
+        text = sql.decode() if isinstance(sql, bytes) else sql
+        raise self.wrap(self._engine, error, text, arguments, lost=lost) from error
 
     @staticmethod
     def wrap(

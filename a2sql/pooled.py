@@ -4,7 +4,9 @@ While nothing observes the engine (``a2sql.direct.observed``), a
 transaction runs on a pooled driver connection's cursor, and ``Store`` keeps
 a few of those checked out between transactions: checking one out of the
 pool and back costs more than a whole transaction's BEGIN and COMMIT on
-SQLite (the pool's checkout, and its reset on return). Otherwise the
+SQLite (the pool's checkout, and its reset on return), and a held
+connection keeps what each transaction would otherwise set up again
+(``a2sql.direct.HeldConnection``). Otherwise the
 transaction runs on a new SQLAlchemy ``Connection`` from the engine, exactly
 as an application's would: listeners, logging and pool events see it all.
 """
@@ -16,11 +18,10 @@ from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
 from sqlalchemy import Engine
-from sqlalchemy.pool import PoolProxiedConnection
 
 from a2sql import forks
 from a2sql.begin import begin_own, own_connection, prepare
-from a2sql.direct import DirectTransaction, can_run_directly, observed
+from a2sql.direct import DirectTransaction, HeldConnection, can_run_directly, observed
 from a2sql.execute import Transaction
 from a2sql.preparation import unprepared_behind_pooler
 from a2sql.sqlite_file import DatabaseFile
@@ -44,7 +45,7 @@ MAX_IDLE_S = 1.0
 class _Kept(NamedTuple):
     """An idle driver connection, and when it went idle."""
 
-    pooled: PoolProxiedConnection
+    held: HeldConnection
     since: float
 
 
@@ -99,11 +100,11 @@ class PooledTransactions:
         self, body: Callable[[Transaction, C, A], T], context: C, call: A, *, read_only: bool
     ) -> T:
         if self._direct and not observed(self._engine):
-            pooled = self._take()
+            held = self._take()
             try:
-                return self._run_direct(pooled, body, context, call, read_only=read_only)
+                return self._run_direct(held, body, context, call, read_only=read_only)
             finally:
-                self._give_back(pooled)
+                self._give_back(held)
         with own_connection(self._engine.connect()) as connection, connection.begin():
             begin_own(connection, read_only=read_only, busy_timeout_ms=self._lock_timeout_ms)
             with unprepared_behind_pooler(connection):
@@ -111,18 +112,18 @@ class PooledTransactions:
 
     def _run_direct(
         self,
-        pooled: PoolProxiedConnection,
+        held: HeldConnection,
         body: Callable[[Transaction, C, A], T],
         context: C,
         call: A,
         *,
         read_only: bool,
     ) -> T:
-        tx = DirectTransaction(self._engine, pooled)
+        tx = DirectTransaction(self._engine, held)
         try:
             if self._sqlite:
                 prepare(
-                    pooled.info,
+                    held.pooled.info,
                     tx.scalar,
                     in_transaction=False,
                     busy_timeout_ms=self._lock_timeout_ms,
@@ -143,7 +144,7 @@ class PooledTransactions:
         self._closed = True
         self._drop_idle()
 
-    def _take(self) -> PoolProxiedConnection:
+    def _take(self) -> HeldConnection:
         if self._forks != forks.generation():
             # A forked child: the idle connections are the parent's, in use
             # there. Closing them, or letting SQLAlchemy's garbage collection
@@ -159,23 +160,30 @@ class PooledTransactions:
             except IndexError:  # another thread took the last one
                 break
             if now - kept.since <= MAX_IDLE_S:
-                return kept.pooled
-            kept.pooled.close()
+                return kept.held
+            kept.held.release()
+        error_class = self._engine.dialect.loaded_dbapi.Error
         try:
-            return self._engine.raw_connection()
-        except self._engine.dialect.loaded_dbapi.Error as error:
+            pooled = self._engine.raw_connection()
+        except error_class as error:
             # Engine.connect() wraps a failure to connect; raw_connection() does not.
             raise DirectTransaction.wrap(self._engine, error, None, None, lost=True) from error
-
-    def _give_back(self, pooled: PoolProxiedConnection) -> None:
-        if not pooled.is_valid:
-            # Lost: the idle ones are likely as dead (a server restart, say).
+        try:
+            return HeldConnection(pooled, sqlite=self._sqlite)
+        except error_class as error:  # lost since the pool's check
+            pooled.invalidate(error)
             pooled.close()
+            raise DirectTransaction.wrap(self._engine, error, None, None, lost=True) from error
+
+    def _give_back(self, held: HeldConnection) -> None:
+        if not held.pooled.is_valid:
+            # Lost: the idle ones are likely as dead (a server restart, say).
+            held.release()
             self._drop_idle()
         elif self._closed or len(self._idle) >= self._keep_idle:
-            pooled.close()
+            held.release()
         else:
-            self._idle.append(_Kept(pooled, time.monotonic()))
+            self._idle.append(_Kept(held, time.monotonic()))
 
     def _drop_idle(self) -> None:
         while self._idle:
@@ -183,4 +191,4 @@ class PooledTransactions:
                 kept = self._idle.pop()
             except IndexError:
                 return
-            kept.pooled.close()
+            kept.held.release()

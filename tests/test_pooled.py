@@ -12,10 +12,10 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import Engine, create_engine, event, text
 
 import a2sql
-from a2sql import NewEvent, Store
+from a2sql import ClaimRef, NewEvent, Store
 from a2sql.pooled import KEEP_IDLE
 
 
@@ -82,6 +82,30 @@ def test_concurrent_threads_keep_at_most_keep_idle(store: Store) -> None:
     assert [e.index for e in store.read("s")] == list(range(1, 161))
     assert 1 <= store._pooled.idle <= KEEP_IDLE
     assert store.engine.pool.checkedout() == store._pooled.idle  # type: ignore[attr-defined]
+
+
+def _rolled_back_delete_keeps_events(engine: Engine, store: Store) -> None:
+    """The application's own transaction on ``engine``: a rollback undoes its delete."""
+    with engine.connect() as connection:
+        connection.execute(text("delete from a2_events"))
+        connection.rollback()
+    assert store.read("s") != []
+
+
+def test_connections_go_back_to_the_pool_as_they_were_taken(url: str) -> None:
+    """A store holds a connection in the driver's autocommit mode on PostgreSQL (it sends
+    BEGIN and COMMIT itself). The pool gets it back with the driver's own transactions,
+    which a rollback undoes: on an application's engine, after each call, fused or not."""
+    engine = create_engine(url, pool_size=1, max_overflow=0)
+    try:
+        with a2sql.create_store(engine, migrate=True) as store:
+            store.append("s", [NewEvent("t", 0)])  # fused on PostgreSQL
+            _rolled_back_delete_keeps_events(engine, store)
+            store.claim_available("s", holder="w", ttl_ms=60_000)
+            store.release_claims("s", holder="w", claims=[ClaimRef(1, 1)])  # the full path
+            _rolled_back_delete_keeps_events(engine, store)
+    finally:
+        engine.dispose()
 
 
 def _child_appends(store: Store, session: str, count: int, done: mp.Queue[str]) -> None:

@@ -191,15 +191,14 @@ def test_a_frozen_client_mid_transaction_is_cut_off_and_frees_the_session(pg_url
         frozen.close()
 
 
-def _wait_until_a_lock_is_awaited(url: str) -> None:
+def _wait_until_a_lock_is_awaited(url: str, locktype: str = "advisory") -> None:
     engine = create_engine(url)
     try:
         with engine.connect() as probe:
             for _ in range(500):
                 waiting = probe.execute(
-                    text(
-                        "select count(*) from pg_locks where locktype = 'advisory' and not granted"
-                    )
+                    text("select count(*) from pg_locks where locktype = :type and not granted"),
+                    {"type": locktype},
                 ).scalar_one()
                 probe.rollback()
                 if waiting:
@@ -256,3 +255,45 @@ def test_a_write_that_waited_for_the_session_lock_carries_the_time_after_it(
             holder.join()
         writer.join(10)
         assert stamped == [later]
+
+
+def _lose_a_race_for(store: a2sql.Store, rival: a2sql.Store, event_id: str, url: str) -> None:
+    """``store`` appends ``event_id`` while ``rival`` holds it uncommitted in another session:
+    the fused statement waits on the unique index, then fails in its pipeline."""
+    codes: list[ErrorCode] = []
+
+    def append() -> None:
+        try:
+            store.append("s", [NewEvent("t", 0, id=event_id)])
+        except A2Error as error:
+            codes.append(error.code)
+
+    with rival.begin() as connection:
+        rival.using(connection).append("rival", [NewEvent("t", 0, id=event_id)])
+        racer = threading.Thread(target=append)
+        racer.start()
+        _wait_until_a_lock_is_awaited(url, "transactionid")
+    racer.join(10)
+    assert codes == [ErrorCode.PARTIAL_DUPLICATE_BATCH]
+
+
+@pytest.mark.parametrize("between", range(6))
+def test_a_failed_pipeline_leaves_the_connection_usable(pg_url: str, between: int) -> None:
+    """Two calls that fail inside their pipeline, ``between`` calls apart, on a store's one
+    connection, then calls that succeed. psycopg counts a statement as prepared once
+    it has sent the request to prepare it; the server skips one sent after the failure
+    in the same pipeline (COMMIT's, on its fifth run). a2sql rolls back through the
+    driver, which then forgets what it prepared. Rolled back by a ROLLBACK statement
+    instead, COMMIT stayed "prepared" on psycopg's side only, and every later call
+    failed ("prepared statement does not exist")."""
+    with (
+        a2sql.create_store(pg_url, migrate=False) as store,
+        a2sql.create_store(pg_url, migrate=False) as rival,
+    ):
+        _lose_a_race_for(store, rival, "first", pg_url)
+        for n in range(between):
+            store.append("s", [NewEvent("t", n)])
+        _lose_a_race_for(store, rival, "second", pg_url)
+        for n in range(6):
+            store.append("s", [NewEvent("t", n)])
+        assert len(store.read("s")) == between + 6
