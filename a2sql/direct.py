@@ -17,9 +17,10 @@ those then run through ``Connection.execute``.
 
 A store holds a driver connection across many transactions (``HeldConnection``):
 its cursors are made once, and on PostgreSQL it stays in psycopg's autocommit
-mode while held, a2sql sending ``BEGIN``, ``COMMIT`` and ``ROLLBACK`` itself.
-Switching autocommit on and off for each pipelined transaction, and a new
-cursor for each of its statements, cost about a tenth of a cycle's CPU.
+mode while held, a2sql sending ``BEGIN`` and ``COMMIT`` itself (it rolls back
+through the driver). Switching autocommit on and off for each pipelined
+transaction, and a new cursor for each of its statements, cost 5-10% of a
+cycle's CPU (BENCHMARKS.md).
 """
 
 from __future__ import annotations
