@@ -26,7 +26,7 @@ from a2sql.codec import truncate_ms
 from a2sql.dialects import Dialect
 from a2sql.direct import DirectTransaction
 from a2sql.errors import invalid, is_event_id_collision
-from a2sql.execute import Transaction
+from a2sql.execute import AnyRow, Transaction
 from a2sql.ops import append as append_ops
 from a2sql.ops import attempts as attempt_ops
 from a2sql.ops import claims as claim_ops
@@ -127,20 +127,10 @@ def _has_events(result: AppendResult | CompleteResult) -> bool:
 def run_in_transaction(connection: Transaction, ctx: Context, call: Call[T]) -> T:
     """The body of every transaction of a2sql's own, sync or async: lock the session, then
     run."""
-    if (
-        call.fused is not None
-        and type(connection) is DirectTransaction
-        and not connection.commits_later
-    ):
-        result = _pipelined(connection, ctx, call)
-        if result is not None:
-            return result
-        # Not the common case, and nothing was written: the full path decides,
-        # in the next transaction.
-        _lock(connection, ctx, call)
-        return call.run(connection)
+    if call.fused is not None:
+        return _fused_first(connection, ctx, call)
     _lock(connection, ctx, call)
-    return _run_locked(connection, call)
+    return call.run(connection)
 
 
 def _lock(connection: Transaction, ctx: Context, call: Call[Any]) -> None:
@@ -153,26 +143,70 @@ def _lock(connection: Transaction, ctx: Context, call: Call[Any]) -> None:
         )
 
 
-def _pipelined(connection: DirectTransaction, ctx: Context, call: Call[T]) -> T | None:
-    """The call's fused statement in a pipeline with BEGIN, the lock and COMMIT: its
-    answer (``None``: nothing was written, the transaction is over)."""
+def _fused_first(connection: Transaction, ctx: Context, call: Call[T]) -> T:
+    """A call with a fused statement (a2sql.ops.fused): first the session's lock tried
+    and the guarded statement sent at once; on the direct path in one round trip with
+    BEGIN and, unless the caller decides the commit, COMMIT. When that wrote nothing,
+    the call after the lock: its clock read anew, its fused statement, then the full
+    path if that wrote nothing either."""
+    commit = type(connection) is DirectTransaction and not connection.commits_later
+    # (Unpacked apart: mypy infers T | None for T from a tuple target.)
+    sent = _fused(connection, ctx, call, tried=True, commit=commit)
+    granted, result = sent
+    if result is not None:
+        return result
+    if commit:
+        # Over, having written nothing: the call again, once the lock is granted,
+        # in two round trips.
+        again = _fused(connection, ctx, call, tried=False, commit=True)[1]
+        if again is not None:
+            return again
+        _lock(connection, ctx, call)
+        return call.run(connection)
+    # Nothing was written, in the transaction still open.
+    if granted != "true":
+        _lock(connection, ctx, call)
+    return _run_locked(connection, call)
+
+
+def _fused(
+    connection: Transaction, ctx: Context, call: Call[T], *, tried: bool, commit: bool
+) -> tuple[Any, T | None]:
+    """The lock statement's first column, and the call's fused statement's answer.
+    ``tried``: the lock only tried, the clock read before it and the guarded statement
+    sent with it; else the clock is read once the lock is granted (only on the direct
+    path, in a pipeline of two round trips)."""
     assert call.lock_session is not None and call.fused is not None
-    lock = ctx.dialect.own_lock(
-        call.lock_session,
-        announce=call.added_events is not None,
-        lock_timeout_ms=ctx.lock_timeout_ms,
-    )
+    announce, session = call.added_events is not None, call.lock_session
+    if tried:
+        lock = ctx.dialect.own_try_lock(
+            session, announce=announce, lock_timeout_ms=ctx.lock_timeout_ms
+        )
+    else:
+        lock = ctx.dialect.own_lock(session, announce=announce, lock_timeout_ms=ctx.lock_timeout_ms)
     fuse, built = call.fused, list[Fused[T]]()
+    rows: Sequence[AnyRow]
 
     def statement() -> tuple[Executable, Mapping[str, Any]]:
-        # Built once the lock is granted: the clock is read after it.
         fused = fuse()
         built.append(fused)
-        return fused.statement, fused.params
+        return (fused.guarded if tried else fused.statement), fused.params
 
     with _collisions(built):
-        rows = connection.pipeline(lock, statement)
-    return built[0].answer(rows)
+        if type(connection) is DirectTransaction:
+            if tried:  # the clock read now, before the lock
+                ready = statement()
+                first, rows = connection.pipeline(
+                    lock, lambda: ready, wait_for_lock=False, commit=commit
+                )
+            else:
+                first, rows = connection.pipeline(
+                    lock, statement, wait_for_lock=True, commit=commit
+                )
+        else:
+            [(first, *_)] = execute.rows(connection, *lock)
+            rows = execute.rows(connection, *statement())
+    return first, built[0].answer(rows)
 
 
 def _run_locked(connection: Transaction, call: Call[T]) -> T:

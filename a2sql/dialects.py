@@ -10,7 +10,18 @@ from __future__ import annotations
 from functools import cache
 from typing import Any, ClassVar
 
-from sqlalchemy import BindParameter, Select, bindparam, func, literal_column, or_, select
+from sqlalchemy import (
+    BindParameter,
+    Select,
+    Text,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal_column,
+    or_,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Insert
@@ -26,6 +37,11 @@ from a2sql.wakeups import CHANNEL
 # Class id of a2sql's session locks in PostgreSQL's two-key advisory lock
 # space (which never overlaps the one-bigint space applications tend to use).
 SESSION_LOCK_CLASS = 0x6132
+# The setting through which a transaction that only tried the session's lock
+# tells its next statement whether it got it ('true'): set for the
+# transaction only, so it survives a transaction pooler; outside such a
+# transaction it is unset or empty (a2sql.ops.fused).
+GRANTED_SETTING = "a2sql.granted"
 
 
 class Dialect:
@@ -56,6 +72,14 @@ class Dialect:
     ) -> tuple[Select[Any], dict[str, Any]]:
         """``lock_session``'s statement in a transaction of a2sql's own, and its
         parameters (PostgreSQL: sent ahead of a fused statement, a2sql.ops.fused)."""
+        raise NotImplementedError
+
+    def own_try_lock(
+        self, session_id: str, *, announce: bool, lock_timeout_ms: int
+    ) -> tuple[Select[Any], dict[str, Any]]:
+        """``own_lock`` that never waits: its first column says whether the lock was
+        granted (the text ``'true'``), and ``GRANTED_SETTING`` says the same to the
+        transaction's next statement. Streams are woken only if it was granted."""
         raise NotImplementedError
 
     def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
@@ -173,6 +197,24 @@ class PostgresDialect(Dialect):
         True: select(_isolation, _lock_call, _notify_call),
     }
     _try_lock = select(_try_lock_call)
+    # Evaluated in order, as _bounds: the notification follows the attempt.
+    _granted = func.set_config(
+        literal_column(f"'{GRANTED_SETTING}'"), cast(_try_lock_call, Text), True
+    )
+    _own_try_lock: ClassVar[dict[bool, Select[Any]]] = {
+        False: select(_granted, *_bounds),
+        True: select(
+            _granted,
+            *_bounds,
+            case(
+                (
+                    func.current_setting(literal_column(f"'{GRANTED_SETTING}'"))
+                    == literal_column("'true'"),
+                    _notify_call,
+                )
+            ),
+        ),
+    }
     _isolation_level = select(_isolation)
 
     def __init__(self) -> None:
@@ -193,6 +235,11 @@ class PostgresDialect(Dialect):
         self, session_id: str, *, announce: bool, lock_timeout_ms: int
     ) -> tuple[Select[Any], dict[str, Any]]:
         return self._own_lock[announce], {"sid": session_id, "wait": str(lock_timeout_ms)}
+
+    def own_try_lock(
+        self, session_id: str, *, announce: bool, lock_timeout_ms: int
+    ) -> tuple[Select[Any], dict[str, Any]]:
+        return self._own_try_lock[announce], {"sid": session_id, "wait": str(lock_timeout_ms)}
 
     def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
         [(locked,)] = execute.rows(tx, self._try_lock, {"sid": session_id})

@@ -237,23 +237,26 @@ class HeldConnection:
     """A pooled driver connection while a store holds it, across its transactions.
 
     Set up when the store takes it from the pool, put back as it was by
-    ``release``: the cursor statements run on and, on PostgreSQL, a second one
-    for the statements of a pipeline whose rows are not read (BEGIN, the lock,
-    COMMIT), and psycopg's autocommit mode. In that mode psycopg sends no BEGIN
-    of its own, which in a pipeline would wait for its answer; a2sql's
-    transactions send theirs, at READ COMMITTED whatever the connection's level.
+    ``release``: the cursor statements run on and, on PostgreSQL, two more for
+    a pipeline (``tried`` for the lock statement, whose answer is read, and
+    ``side`` for BEGIN and COMMIT, whose answers are not), and psycopg's
+    autocommit mode. In that mode psycopg sends no BEGIN of its own, which in a
+    pipeline would wait for its answer; a2sql's transactions send theirs, at
+    READ COMMITTED whatever the connection's level.
     """
 
-    __slots__ = ("_set_autocommit", "cursor", "pooled", "side", "sqlite")
+    __slots__ = ("_set_autocommit", "cursor", "pooled", "side", "sqlite", "tried")
 
     def __init__(self, pooled: PoolProxiedConnection, *, sqlite: bool) -> None:
         self.pooled = pooled
         self.sqlite = sqlite
         self.cursor: Any = pooled.cursor()
         self.side: Any = None
+        self.tried: Any = None
         self._set_autocommit = False
         if not sqlite:
             self.side = pooled.cursor()
+            self.tried = pooled.cursor()
             driver: Any = pooled.driver_connection
             if not driver.autocommit:
                 driver.autocommit = True
@@ -267,6 +270,7 @@ class HeldConnection:
                 self.cursor.close()
                 if self.side is not None:
                     self.side.close()
+                    self.tried.close()
                 if self._set_autocommit:
                     pooled.driver_connection.autocommit = False  # type: ignore[union-attr]
             except Exception as error:  # lost meanwhile: the pool must not hand it out
@@ -307,7 +311,7 @@ class DirectTransaction:
         # Whether whoever runs the transaction commits it (or rolls it back)
         # itself: an AsyncStore's hand-off decides at the end, so that a call
         # cancelled while any statement waits commits nothing (a2sql.handoff).
-        # No ``pipeline`` then, which commits with its statement.
+        # A ``pipeline`` then leaves the transaction open.
         self.commits_later = False
 
     @property
@@ -340,50 +344,63 @@ class DirectTransaction:
             self._unbegun = True
 
     def pipeline(
-        self, lock: tuple[Executable, Params], then: Callable[[], tuple[Executable, Params]]
-    ) -> list[Row]:
-        """The transaction in two round trips (psycopg's pipeline mode): BEGIN and the
-        ``lock`` statement; once the lock is granted, the statement ``then()`` builds
-        (it may read the clock: after the lock, as in every transaction) and COMMIT.
-        The statement's rows. The transaction is over when this returns; a later
-        statement begins the next one."""
+        self,
+        lock: tuple[Executable, Params],
+        statement: Callable[[], tuple[Executable, Params]],
+        *,
+        wait_for_lock: bool,
+        commit: bool,
+    ) -> tuple[Any, list[Row]]:
+        """BEGIN, the ``lock`` statement, the statement ``statement()`` builds and, if
+        ``commit``, COMMIT, in psycopg's pipeline mode. The lock statement's first
+        column, and the statement's rows. Committed, the transaction is over when this
+        returns, and a later statement begins the next one.
+
+        ``wait_for_lock``: two round trips, the statement built once the lock statement
+        has answered (it may read the clock: after the lock, as in every transaction).
+        Otherwise one: the lock statement must then not wait for the lock, only try it,
+        so that a client frozen mid-way never holds it while the server waits for the
+        rest of the transaction."""
         connection: Any = self._pooled.driver_connection
-        cursor, side = self._cursor, self._held.side
+        held = self._held
+        cursor, side, tried = held.cursor, held.side, held.tried
         sent: list[tuple[str, Any]] = []
         # (A connection's first transaction has begun already: a2sql.preparation
         # asked the server a question.)
         begin = self._unbegun
         if begin:
             sent.append((_BEGIN_READ_COMMITTED.decode(), ()))
-        self._unbegun = True
+        self._unbegun = commit
         try:
             with connection.pipeline() as pipeline:
                 if begin:
                     side.execute(_BEGIN_READ_COMMITTED)
-                prepared = self._prepare(lock[0])
-                sql, arguments = prepared.arguments(lock[1])
+                sql, arguments = self._prepare(lock[0]).arguments(lock[1])
                 sent.append((sql, arguments))
-                side.execute(sql, arguments)
-                pipeline.sync()
-                statement, params = then()
-                prepared = self._prepare(statement)
+                tried.execute(sql, arguments)
+                if wait_for_lock:
+                    pipeline.sync()
+                built, params = statement()
+                prepared = self._prepare(built)
                 sql, arguments = prepared.arguments(params)
                 sent.append((sql, arguments))
                 cursor.execute(sql, arguments)
-                sent.append(("COMMIT", ()))
-                side.execute(_COMMIT)
+                if commit:
+                    sent.append(("COMMIT", ()))
+                    side.execute(_COMMIT)
+            first = tried.fetchone()[0]
             rows = prepared.rows(cast("list[Row]", cursor.fetchall())) if prepared.fetch else []
         except self._error as error:
-            # A connection lost in the second round trip can surface as psycopg
-            # failing to leave pipeline mode ("while busy"), the loss being the
-            # context of that failure: the loss is what is reported and judged.
-            # A connection still in pipeline mode is not reused in any case.
+            # A connection lost meanwhile can surface as psycopg failing to leave
+            # pipeline mode ("while busy"), the loss being the context of that
+            # failure: the loss is what is reported and judged. A connection still
+            # in pipeline mode is not reused in any case.
             stuck = connection.pgconn.pipeline_status != _PIPELINE_OFF
             context = error.__context__
             cause = context if stuck and isinstance(context, self._error) else error
             # Which statement failed is in the error; all of them are reported.
             self._fail(cause, ";\n".join(sql for sql, _ in sent), [a for _, a in sent], lost=stuck)
-        return rows
+        return first, rows
 
     def rollback(self) -> None:
         """After a failure: never raises (the failure being handled is the one to report)."""

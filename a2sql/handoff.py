@@ -117,8 +117,8 @@ def _driver_of(transaction: Transaction) -> Any:
 
 def _unless_abandoned(transaction: Transaction, ctx: Context, job: Job) -> Any:
     if isinstance(transaction, DirectTransaction):
-        # The commit is decided here, after the statements: no pipeline, which
-        # sends COMMIT with them (a2sql.ops.fused).
+        # The commit is decided here, after the statements: a pipeline leaves
+        # the transaction open (a2sql.ops.fused).
         transaction.commits_later = True
     job.running_on(_driver_of(transaction))
     try:

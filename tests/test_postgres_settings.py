@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, make_url, text
 
 import a2sql
-from a2sql import A2Error, ErrorCode, NewEvent
+from a2sql import A2Error, ClaimRef, ErrorCode, NewEvent
 from a2sql.testing import FakeClock
 
 
@@ -148,8 +149,8 @@ def test_a_writer_gives_up_after_lock_timeout_saying_the_session_is_locked(pg_ur
 
 
 class _FreezingClock:
-    """A clock whose first reading in an operation, taken inside a transaction, stalls: a
-    frozen client. (create_store's check of the clock reads it once before.)"""
+    """A clock whose first reading in an operation stalls: a frozen client. (create_store's
+    check of the clock reads it once before.)"""
 
     def __init__(self, stall_s: float) -> None:
         self._stall_s = stall_s
@@ -168,7 +169,9 @@ def test_a_frozen_client_mid_transaction_is_cut_off_and_frees_the_session(pg_url
 
     def stalled_append() -> None:
         try:
-            frozen.append("s", [NewEvent(type="t", payload={})])
+            # In a lane: no fused statement (a2sql.ops.fused), the clock is read inside
+            # the transaction, after the session's lock.
+            frozen.append("s", [NewEvent(type="t", payload={}, lane="L")])
             outcome.append(None)
         except BaseException as error:
             outcome.append(error)
@@ -189,6 +192,150 @@ def test_a_frozen_client_mid_transaction_is_cut_off_and_frees_the_session(pg_url
     finally:
         thread.join()
         frozen.close()
+
+
+def test_a_call_sent_with_its_lock_holds_nothing_while_its_client_is_frozen(
+    pg_url: str,
+) -> None:
+    """A call whose common case is one round trip reads the clock before it sends its
+    transaction whole: frozen there, it holds no lock, and writes after the writer that
+    went ahead, with a later time."""
+    frozen = a2sql.create_store(pg_url, migrate=False, clock=_FreezingClock(1.5))
+    outcome: list[a2sql.AppendResult] = []
+    thread = threading.Thread(
+        target=lambda: outcome.append(frozen.append("s", [NewEvent(type="t", payload={})]))
+    )
+    thread.start()
+    try:
+        time.sleep(0.3)
+        with a2sql.create_store(pg_url, migrate=False, lock_timeout_ms=5000) as store:
+            started = time.monotonic()
+            [ahead] = store.append("s", [NewEvent(type="t", payload={})]).events
+            assert time.monotonic() - started < 1
+            thread.join()
+            [appended] = outcome[0].events
+            assert (ahead.index, appended.index) == (1, 2)
+            assert appended.created_at >= ahead.created_at
+    finally:
+        thread.join()
+        frozen.close()
+
+
+class _RacingClock:
+    """A fake clock whose next reading lets a rival write first: it returns the time it
+    held, then ``later`` from on."""
+
+    def __init__(self, start: datetime, later: datetime) -> None:
+        self.value, self.later = start, later
+        self.rival: Callable[[], object] | None = None
+
+    def now(self) -> datetime:
+        value = self.value
+        if self.rival is not None:
+            rival, self.rival = self.rival, None
+            rival()
+            self.value = self.later
+        return value
+
+
+RACES: dict[str, Callable[[a2sql.Store, a2sql.Store], datetime | None]] = {}
+
+
+def race(function: Callable[[a2sql.Store, a2sql.Store], datetime | None]) -> Callable[..., Any]:
+    RACES[function.__name__] = function
+    return function
+
+
+@race
+def append_after_an_append(store: a2sql.Store, rival: a2sql.Store) -> datetime | None:
+    store.append("s", [NewEvent("t", 1)])
+    store.clock.rival = lambda: rival.append("s", [NewEvent("t", 2)])  # type: ignore[attr-defined]
+    [event] = store.append("s", [NewEvent("t", 3)]).events
+    return event.created_at
+
+
+@race
+def complete_after_an_append(store: a2sql.Store, rival: a2sql.Store) -> datetime | None:
+    store.append("s", [NewEvent("t", 1)])
+    store.claim_available("s", holder="w", ttl_ms=60_000)
+    store.clock.rival = lambda: rival.append("s", [NewEvent("t", 2)])  # type: ignore[attr-defined]
+    completed = store.complete_attempt("s", index=1, attempt=1, events=[NewEvent("r", 1, id="r1")])
+    return completed.events[0].created_at
+
+
+@race
+def claim_after_a_release(store: a2sql.Store, rival: a2sql.Store) -> datetime | None:
+    store.append("s", [NewEvent("t", 1)])
+
+    def claim_and_release() -> None:
+        rival.claim_available("s", holder="r", ttl_ms=60_000)
+        rival.release_claims("s", holder="r", claims=[ClaimRef(1, 1)])
+
+    store.clock.rival = claim_and_release  # type: ignore[attr-defined]
+    return store.claim_available("s", holder="w", ttl_ms=60_000).events[0].last_claimed_at
+
+
+@race
+def claim_after_a_failure(store: a2sql.Store, rival: a2sql.Store) -> datetime | None:
+    store.append("s", [NewEvent("t", 1)])
+
+    def claim_and_fail() -> None:
+        rival.claim_available("s", holder="r", ttl_ms=60_000)
+        rival.fail_attempt("s", index=1, attempt=1, error="e", max_failures=3)
+
+    store.clock.rival = claim_and_fail  # type: ignore[attr-defined]
+    return store.claim_available("s", holder="w", ttl_ms=60_000).events[0].last_claimed_at
+
+
+@race
+def claim_after_an_append(store: a2sql.Store, rival: a2sql.Store) -> datetime | None:
+    store.clock.rival = lambda: rival.append("s", [NewEvent("t", 1)])  # type: ignore[attr-defined]
+    return store.claim_available("s", holder="w", ttl_ms=60_000).events[0].last_claimed_at
+
+
+@race
+def claim_after_its_lane_moved_on(store: a2sql.Store, rival: a2sql.Store) -> datetime | None:
+    store.append("s", [NewEvent("t", 1, lane="L"), NewEvent("t", 2, lane="L")])
+
+    def complete_the_lane_head() -> None:
+        rival.claim_available("s", holder="r", ttl_ms=60_000)
+        rival.complete_attempt("s", index=1, attempt=1, events=[])
+
+    store.clock.rival = complete_the_lane_head  # type: ignore[attr-defined]
+    [event] = store.claim_available("s", holder="w", ttl_ms=60_000).events
+    assert event.index == 2
+    return event.last_claimed_at
+
+
+@race
+def fail_after_its_claim(store: a2sql.Store, rival: a2sql.Store) -> datetime | None:
+    store.append("s", [NewEvent("t", 1)])
+    # The attempt failed is the one the rival's claim takes meanwhile.
+    store.clock.rival = lambda: rival.claim_available(  # type: ignore[attr-defined]
+        "s", holder="r", ttl_ms=60_000
+    )
+    store.fail_attempt("s", index=1, attempt=1, error="e", max_failures=3)
+    return store.read("s")[0].last_failed_at
+
+
+@pytest.mark.parametrize("race", sorted(RACES))
+def test_a_write_whose_clock_was_read_before_a_rival_wrote_carries_a_later_time(
+    pg_url: str, race: str
+) -> None:
+    """A call whose common case is one round trip reads the clock before it tries the
+    session's lock. A rival that writes the session in between, with a later time, makes
+    its statement write nothing (a2sql.ops.fused): the call then runs after the lock,
+    the clock read anew, and no time it writes comes before the rival's."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    clock = _RacingClock(t0, later=t0 + timedelta(seconds=10))
+    with (
+        a2sql.create_store(pg_url, migrate=False, clock=clock) as store,
+        a2sql.create_store(
+            pg_url, migrate=False, clock=FakeClock(t0 + timedelta(seconds=5))
+        ) as rival,
+    ):
+        store.delete_session("s")
+        assert RACES[race](store, rival) == t0 + timedelta(seconds=10)
 
 
 def _wait_until_a_lock_is_awaited(url: str, locktype: str = "advisory") -> None:

@@ -8,7 +8,18 @@ from functools import cache
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Update, bindparam, func, null, or_, select, true, tuple_, update
+from sqlalchemy import (
+    ColumnElement,
+    Update,
+    bindparam,
+    func,
+    null,
+    or_,
+    select,
+    true,
+    tuple_,
+    update,
+)
 
 from a2sql import execute
 from a2sql.codec import claimed_event
@@ -21,17 +32,27 @@ from a2sql.types import Timestamp
 NOW = bindparam("now", type_=Timestamp())
 EXPIRES_AT = bindparam("expires_at", type_=Timestamp())
 
-# Ready, unprocessed, not dead-lettered: spelled with literals exactly as the
-# partial indexes of dispatchable events (a2sql.schema) are.
-READY = (
-    E.c.lane_ready == true(),
-    E.c.processed_at.is_(None),
-    E.c.failed_at.is_(None),
-)
+
+def ready(events: Any = E) -> tuple[ColumnElement[bool], ...]:
+    """Ready, unprocessed, not dead-lettered (``events``: E or an alias of it): spelled
+    with literals exactly as the partial indexes of dispatchable events (a2sql.schema)
+    are."""
+    return (
+        events.c.lane_ready == true(),
+        events.c.processed_at.is_(None),
+        events.c.failed_at.is_(None),
+    )
+
+
+def free(events: Any = E) -> ColumnElement[bool]:
+    """Free to claim now: never claimed, released, or the claim (or retry delay) is over."""
+    return or_(events.c.claim_expires_at.is_(None), events.c.claim_expires_at <= NOW)
+
+
+READY = ready()
 # The dispatchable events of one session.
 DISPATCHABLE = (E.c.session_id == SESSION, *READY)
-# Free to claim now: never claimed, released, or the claim (or retry delay) is over.
-FREE = or_(E.c.claim_expires_at.is_(None), E.c.claim_expires_at <= NOW)
+FREE = free()
 
 _claim = (
     update(E)

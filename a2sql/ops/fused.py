@@ -10,16 +10,22 @@ is already taken, the attempt no longer holds the event, nothing is free to
 claim), its ``answer`` is ``None`` and the call's full path runs and says why,
 reading what it needs (a2sql.calls).
 
-On a2sql's direct path (a2sql.direct) the transaction is one pipeline with
-two round trips: BEGIN and the lock statement; then, once the lock is
-granted, this statement (built only then: its parameters hold the clock's
-reading, which must follow the lock as in every transaction, so that the
-times a session's writes carry follow the order the lock gives them) and
-COMMIT. Elsewhere the statement follows the lock as any other: on an engine
-something observes, in the caller's transaction, on the asyncio engine, and
-in an AsyncStore's hand-off (a2sql.handoff), which commits only once the
-statement has run and the call was not cancelled (a call cancelled while a
-statement waits for a row lock commits nothing).
+In a transaction of a2sql's own the statement first goes out ``guarded``,
+right behind a lock statement that only tries the session's lock (never
+waiting): on the direct path (a2sql.direct) BEGIN, the two and COMMIT make
+one round trip, sent whole before the client waits, so that a client frozen
+mid-way never holds the lock. Its parameters hold the clock's reading, taken
+before the lock, where every other transaction reads the clock after it, so
+that the times a session's writes carry follow the order the lock gives
+them. The guards keep that order: the statement writes only if the lock was
+granted (``GRANTED``) and nothing it follows carries a time later than its
+``now``: the session's last event, the attempt's claim, the events it may
+claim (how each became free). A writer that went ahead between the clock's
+reading and the lock therefore makes it write nothing, and the call runs
+again after the lock (a2sql.calls): on the direct path BEGIN and the lock,
+then, once granted, the clock read and the unguarded statement with COMMIT,
+in two round trips. In the caller's transaction the statement follows the
+lock as any other.
 
 The lock stays a statement of its own: under READ COMMITTED a statement's
 snapshot is taken when it starts, so a lock taken inside it would not make it
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from sqlalchemy import (
@@ -40,6 +47,8 @@ from sqlalchemy import (
     Insert,
     Select,
     Text,
+    Update,
+    and_,
     any_,
     bindparam,
     case,
@@ -49,12 +58,14 @@ from sqlalchemy import (
     insert,
     literal_column,
     null,
+    or_,
     select,
     true,
 )
 from sqlalchemy.dialects import postgresql
 
 from a2sql.codec import encode_cause, encode_ids
+from a2sql.dialects import GRANTED_SETTING
 from a2sql.errors import A2Error
 from a2sql.execute import AnyRow
 from a2sql.ops.append import duplicate_ids
@@ -67,10 +78,12 @@ from a2sql.ops.attempts import (
     promote_lane_head,
     returned_id_taken,
 )
-from a2sql.ops.claims import claim, claimed_events
+from a2sql.ops.claims import claim, claim_statement, claimed_events, free, ready
 from a2sql.ops.events import (
     HAS_PENDING,
     INSERTED_COLUMNS,
+    ONE_ROW,
+    SESSION,
     ValidEvent,
     last_index,
     new_stored_event,
@@ -86,11 +99,72 @@ class Fused(NamedTuple, Generic[T]):
     the common case, nothing was written, the full path decides)."""
 
     statement: Executable
+    # The same statement for a transaction of a2sql's own that only tried the
+    # session's lock, having read the clock before (see the module's docstring):
+    # it writes nothing unless the lock was granted and no time the statement
+    # follows is later than ``now``.
+    guarded: Executable
     params: Mapping[str, Any]
     answer: Callable[[Sequence[AnyRow]], T | None]
     # The error to raise when the statement hits the unique event id index;
     # ``None``: the driver's error, translated as any other.
     collided: Callable[[BaseException], A2Error] | None = None
+
+
+# --- the guards of a transaction that tried the lock ---------------------------
+
+# The lock statement granted the lock (a2sql.dialects.GRANTED_SETTING). Unset,
+# as on a connection that never tried, it reads as NULL: not granted. A test
+# of no column, so the planner checks it once, before reading any row.
+GRANTED = func.current_setting(literal_column(f"'{GRANTED_SETTING}'"), true()) == literal_column(
+    "'true'"
+)
+_LATEST = E.alias("latest")
+# No event of the session was created later than ``now``: events numbered
+# after the last one are created no earlier than it.
+NOT_BEFORE_LAST_EVENT = (
+    func.coalesce(
+        select(_LATEST.c.created_at)
+        .where(_LATEST.c.session_id == SESSION)
+        .order_by(_LATEST.c.session_id.desc(), _LATEST.c.idx.desc())
+        .limit(ONE_ROW)
+        .scalar_subquery(),
+        NOW,
+    )
+    <= NOW
+)
+# The attempt's claim was taken no later than ``now``.
+NOT_BEFORE_CLAIM = E.c.last_claimed_at <= NOW
+_FREE = E.alias("free_event")
+_PREVIOUS = E.alias("previous_in_lane")
+# When a lane's event became ready, if it was promoted: its lane's previous
+# event was then processed (by a completion or a skip). The primary key
+# walked back from the event to that one.
+_PROMOTED_AT = (
+    select(_PREVIOUS.c.processed_at)
+    .where(
+        _PREVIOUS.c.session_id == SESSION,
+        _PREVIOUS.c.lane == _FREE.c.lane,
+        _PREVIOUS.c.idx < _FREE.c.idx,
+    )
+    .order_by(_PREVIOUS.c.session_id.desc(), _PREVIOUS.c.idx.desc())
+    .limit(ONE_ROW)
+    .scalar_subquery()
+)
+# No event free to claim became so later than ``now``: it was created, claimed
+# (then released) or failed (to be retried at once) no later, and a lane's
+# event never claimed was promoted no later.
+NOT_BEFORE_FREED = ~exists().where(
+    _FREE.c.session_id == SESSION,
+    *ready(_FREE),
+    free(_FREE),
+    or_(
+        _FREE.c.created_at > NOW,
+        _FREE.c.last_claimed_at > NOW,
+        _FREE.c.last_failed_at > NOW,
+        and_(_FREE.c.lane.is_not(None), _FREE.c.first_claimed_at.is_(None), _PROMOTED_AT > NOW),
+    ),
+)
 
 
 # --- events numbered on the server -------------------------------------------
@@ -199,23 +273,26 @@ def fuses(batch: Sequence[ValidEvent]) -> bool:
 # --- append ------------------------------------------------------------------
 
 
-def _append(batch: _Batch, taken: Any) -> Insert:
+def _append(batch: _Batch, taken: Any, *guards: Any) -> Insert:
     """One row per event appended (none: an id was taken, nothing appended): its
     index, and whether the session had unprocessed events before (a subquery in
     RETURNING sees the session as it was before the statement)."""
     return (
         insert(E)
         .from_select(
-            INSERTED_COLUMNS, _rows(batch, func.coalesce(last_index(), 0), null()).where(~taken)
+            INSERTED_COLUMNS,
+            _rows(batch, func.coalesce(last_index(), 0), null()).where(~taken, *guards),
         )
         .returning(E.c.idx, HAS_PENDING)
     )
 
 
-APPEND_ONE = _append(_ONE, exists().where(E.c.event_id == _ONE.id))
-APPEND_MANY = _append(
-    _MANY, exists().where(E.c.event_id == any_(bindparam("supplied", type_=_TEXTS)))
-)
+_ONE_TAKEN = exists().where(E.c.event_id == _ONE.id)
+_ANY_TAKEN = exists().where(E.c.event_id == any_(bindparam("supplied", type_=_TEXTS)))
+APPEND_ONE = _append(_ONE, _ONE_TAKEN)
+APPEND_MANY = _append(_MANY, _ANY_TAKEN)
+GUARDED_APPEND_ONE = _append(_ONE, _ONE_TAKEN, GRANTED, NOT_BEFORE_LAST_EVENT)
+GUARDED_APPEND_MANY = _append(_MANY, _ANY_TAKEN, GRANTED, NOT_BEFORE_LAST_EVENT)
 
 
 def append(
@@ -241,36 +318,38 @@ def append(
             has_pending=bool(pending) or any(not event.settled for event in batch),
         )
 
-    return Fused(APPEND_ONE if len(batch) == 1 else APPEND_MANY, params, answer)
+    if len(batch) == 1:
+        return Fused(APPEND_ONE, GUARDED_APPEND_ONE, params, answer)
+    return Fused(APPEND_MANY, GUARDED_APPEND_MANY, params, answer)
 
 
 # --- complete_attempt --------------------------------------------------------
 
-_DONE = COMPLETE_IF_CURRENT.cte("done")
-# The lane's next event, read from an alias: the completed one left out,
-# which the statement still sees unprocessed.
-_PROMOTED = promote_lane_head(_DONE.c.lane, E.alias("lane_event"), besides=bindparam("index")).cte(
-    "promoted"
-)
 
-
-def _complete(batch: _Batch | None) -> Select[Any]:
+def _complete(batch: _Batch | None, *guards: Any) -> Select[Any]:
     """The session's last index before the completion; no row: not completed."""
-    statement = select(_DONE.c.last_index).add_cte(_PROMOTED)
+    done = COMPLETE_IF_CURRENT.where(*guards).cte("done")
+    # The lane's next event, read from an alias: the completed one left out,
+    # which the statement still sees unprocessed.
+    promoted = promote_lane_head(done.c.lane, E.alias("lane_event"), besides=bindparam("index"))
+    statement = select(done.c.last_index).add_cte(promoted.cte("promoted"))
     if batch is None:
         return statement
     returned = insert(E).from_select(
         INSERTED_COLUMNS,
-        _rows(batch, _DONE.c.last_index, bindparam("caused_by", type_=Text)).select_from(
-            _DONE if batch is _ONE else _DONE.join(_ROWS, true())
+        _rows(batch, done.c.last_index, bindparam("caused_by", type_=Text)).select_from(
+            done if batch is _ONE else done.join(_ROWS, true())
         ),
     )
     return statement.add_cte(returned.cte("returned"))
 
 
-COMPLETE_NONE = _complete(None)
-COMPLETE_ONE = _complete(_ONE)
-COMPLETE_MANY = _complete(_MANY)
+_COMPLETION_GUARDS = (GRANTED, NOT_BEFORE_CLAIM, NOT_BEFORE_LAST_EVENT)
+# By the number of events returned: none, one, several.
+_COMPLETE = {
+    size: (_complete(batch), _complete(batch, *_COMPLETION_GUARDS))
+    for size, batch in ((0, None), (1, _ONE), (2, _MANY))
+}
 
 
 def complete(
@@ -306,8 +385,8 @@ def complete(
             ],
         )
 
-    statement = COMPLETE_NONE if not batch else COMPLETE_ONE if len(batch) == 1 else COMPLETE_MANY
-    return Fused(statement, params, answer, lambda error: returned_id_taken(batch, error))
+    statement, guarded = _COMPLETE[min(len(batch), 2)]
+    return Fused(statement, guarded, params, answer, lambda error: returned_id_taken(batch, error))
 
 
 # --- claim_available and fail_attempt ----------------------------------------
@@ -331,6 +410,7 @@ def claim_available(
         exclude_indexes=exclude_indexes,
         limit=limit,
     )
+    guarded = _guarded_claim(bool(exclude_indexes), limit is not None)
 
     def answer(rows: Sequence[AnyRow]) -> ClaimResult | None:
         if not rows:
@@ -340,7 +420,15 @@ def claim_available(
             claimed_events(rows, session_id, holder=holder, now=now, expires_at=expires_at),
         )
 
-    return Fused(statement, params, answer)
+    return Fused(statement, guarded, params, answer)
+
+
+@cache
+def _guarded_claim(excluding: bool, limited: bool) -> Update:
+    return claim_statement(excluding, limited).where(GRANTED, NOT_BEFORE_FREED)
+
+
+GUARDED_FAIL = FAIL_IF_CURRENT.where(GRANTED, NOT_BEFORE_CLAIM)
 
 
 def fail_attempt(
@@ -369,4 +457,4 @@ def fail_attempt(
             return None
         return counted_failure(rows[0], max_failures=max_failures, retry_at=retry_at)
 
-    return Fused(FAIL_IF_CURRENT, params, answer)
+    return Fused(FAIL_IF_CURRENT, GUARDED_FAIL, params, answer)

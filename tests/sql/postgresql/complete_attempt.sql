@@ -1,7 +1,10 @@
-SELECT set_config('lock_timeout', %(wait)s, %(set_config_2)s) AS set_config_1, set_config('idle_in_transaction_session_timeout', %(wait)s, %(set_config_4)s) AS set_config_3, pg_advisory_xact_lock(24882, hashtext(%(sid)s)) AS pg_advisory_xact_lock_1, pg_notify('a2sql_events', %(sid)s) AS pg_notify_1;
+SELECT set_config('a2sql.granted', CAST(pg_try_advisory_xact_lock(24882, hashtext(%(sid)s)) AS TEXT), %(set_config_2)s) AS set_config_1, set_config('lock_timeout', %(wait)s, %(set_config_4)s) AS set_config_3, set_config('idle_in_transaction_session_timeout', %(wait)s, %(set_config_6)s) AS set_config_5, CASE WHEN (current_setting('a2sql.granted') = 'true') THEN pg_notify('a2sql_events', %(sid)s) END AS anon_1;
 
 WITH done AS
-(UPDATE a2_events SET lane_ready=false, processed_at=%(now)s::TIMESTAMP WITH TIME ZONE, processed_by_attempt=%(attempt)s::BIGINT, returned_event_ids=%(returned)s::VARCHAR, claim_holder=NULL, claim_expires_at=NULL WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.idx = %(index)s::BIGINT AND a2_events.attempt_count = %(attempt)s::BIGINT AND a2_events.processed_at IS NULL AND a2_events.failed_at IS NULL AND a2_events.claim_holder IS NOT NULL RETURNING a2_events.lane, (SELECT last_event.idx
+(UPDATE a2_events SET lane_ready=false, processed_at=%(now)s::TIMESTAMP WITH TIME ZONE, processed_by_attempt=%(attempt)s::BIGINT, returned_event_ids=%(returned)s::VARCHAR, claim_holder=NULL, claim_expires_at=NULL WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.idx = %(index)s::BIGINT AND a2_events.attempt_count = %(attempt)s::BIGINT AND a2_events.processed_at IS NULL AND a2_events.failed_at IS NULL AND a2_events.claim_holder IS NOT NULL AND current_setting('a2sql.granted', true) = 'true' AND a2_events.last_claimed_at <= %(now)s::TIMESTAMP WITH TIME ZONE AND coalesce((SELECT latest.created_at
+FROM a2_events AS latest
+WHERE latest.session_id = %(sid)s::VARCHAR COLLATE "C" ORDER BY latest.session_id DESC, latest.idx DESC
+ LIMIT 1), %(now)s::TIMESTAMP WITH TIME ZONE) <= %(now)s::TIMESTAMP WITH TIME ZONE RETURNING a2_events.lane, (SELECT last_event.idx
 FROM a2_events AS last_event
 WHERE last_event.session_id = %(sid)s::VARCHAR COLLATE "C" ORDER BY last_event.session_id DESC, last_event.idx DESC
  LIMIT 1) AS last_index),
