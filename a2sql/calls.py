@@ -150,29 +150,27 @@ def _fused_first(connection: Transaction, ctx: Context, call: Call[T]) -> T:
     the call after the lock: its clock read anew, its fused statement, then the full
     path if that wrote nothing either."""
     commit = type(connection) is DirectTransaction and not connection.commits_later
-    # (Unpacked apart: mypy infers T | None for T from a tuple target.)
-    sent = _fused(connection, ctx, call, tried=True, commit=commit)
-    granted, result = sent
+    result = _fused(connection, ctx, call, tried=True, commit=commit)
     if result is not None:
         return result
     if commit:
         # Over, having written nothing: the call again, once the lock is granted,
         # in two round trips.
-        again = _fused(connection, ctx, call, tried=False, commit=True)[1]
+        again = _fused(connection, ctx, call, tried=False, commit=True)
         if again is not None:
             return again
         _lock(connection, ctx, call)
         return call.run(connection)
-    # Nothing was written, in the transaction still open.
-    if granted != "true":
-        _lock(connection, ctx, call)
+    # Nothing was written, in the transaction still open: the lock (held already if
+    # it was granted: the same statements then as on the direct path).
+    _lock(connection, ctx, call)
     return _run_locked(connection, call)
 
 
 def _fused(
     connection: Transaction, ctx: Context, call: Call[T], *, tried: bool, commit: bool
-) -> tuple[Any, T | None]:
-    """The lock statement's first column, and the call's fused statement's answer.
+) -> T | None:
+    """The call's fused statement's answer.
     ``tried``: the lock only tried, the clock read before it and the guarded statement
     sent with it; else the clock is read once the lock is granted (only on the direct
     path, in a pipeline of two round trips)."""
@@ -196,17 +194,13 @@ def _fused(
         if type(connection) is DirectTransaction:
             if tried:  # the clock read now, before the lock
                 ready = statement()
-                first, rows = connection.pipeline(
-                    lock, lambda: ready, wait_for_lock=False, commit=commit
-                )
+                rows = connection.pipeline(lock, lambda: ready, wait_for_lock=False, commit=commit)
             else:
-                first, rows = connection.pipeline(
-                    lock, statement, wait_for_lock=True, commit=commit
-                )
+                rows = connection.pipeline(lock, statement, wait_for_lock=True, commit=commit)
         else:
-            [(first, *_)] = execute.rows(connection, *lock)
+            execute.run(connection, *lock)
             rows = execute.rows(connection, *statement())
-    return first, built[0].answer(rows)
+    return built[0].answer(rows)
 
 
 def _run_locked(connection: Transaction, call: Call[T]) -> T:

@@ -237,26 +237,23 @@ class HeldConnection:
     """A pooled driver connection while a store holds it, across its transactions.
 
     Set up when the store takes it from the pool, put back as it was by
-    ``release``: the cursor statements run on and, on PostgreSQL, two more for
-    a pipeline (``tried`` for the lock statement, whose answer is read, and
-    ``side`` for BEGIN and COMMIT, whose answers are not), and psycopg's
-    autocommit mode. In that mode psycopg sends no BEGIN of its own, which in a
-    pipeline would wait for its answer; a2sql's transactions send theirs, at
-    READ COMMITTED whatever the connection's level.
+    ``release``: the cursor statements run on and, on PostgreSQL, a second one
+    for the statements of a pipeline whose rows are not read (BEGIN, the lock,
+    COMMIT), and psycopg's autocommit mode. In that mode psycopg sends no BEGIN
+    of its own, which in a pipeline would wait for its answer; a2sql's
+    transactions send theirs, at READ COMMITTED whatever the connection's level.
     """
 
-    __slots__ = ("_set_autocommit", "cursor", "pooled", "side", "sqlite", "tried")
+    __slots__ = ("_set_autocommit", "cursor", "pooled", "side", "sqlite")
 
     def __init__(self, pooled: PoolProxiedConnection, *, sqlite: bool) -> None:
         self.pooled = pooled
         self.sqlite = sqlite
         self.cursor: Any = pooled.cursor()
         self.side: Any = None
-        self.tried: Any = None
         self._set_autocommit = False
         if not sqlite:
             self.side = pooled.cursor()
-            self.tried = pooled.cursor()
             driver: Any = pooled.driver_connection
             if not driver.autocommit:
                 driver.autocommit = True
@@ -270,7 +267,6 @@ class HeldConnection:
                 self.cursor.close()
                 if self.side is not None:
                     self.side.close()
-                    self.tried.close()
                 if self._set_autocommit:
                     pooled.driver_connection.autocommit = False  # type: ignore[union-attr]
             except Exception as error:  # lost meanwhile: the pool must not hand it out
@@ -350,11 +346,11 @@ class DirectTransaction:
         *,
         wait_for_lock: bool,
         commit: bool,
-    ) -> tuple[Any, list[Row]]:
+    ) -> list[Row]:
         """BEGIN, the ``lock`` statement, the statement ``statement()`` builds and, if
-        ``commit``, COMMIT, in psycopg's pipeline mode. The lock statement's first
-        column, and the statement's rows. Committed, the transaction is over when this
-        returns, and a later statement begins the next one.
+        ``commit``, COMMIT, in psycopg's pipeline mode: the statement's rows.
+        Committed, the transaction is over when this returns, and a later statement
+        begins the next one.
 
         ``wait_for_lock``: two round trips, the statement built once the lock statement
         has answered (it may read the clock: after the lock, as in every transaction).
@@ -363,7 +359,7 @@ class DirectTransaction:
         rest of the transaction."""
         connection: Any = self._pooled.driver_connection
         held = self._held
-        cursor, side, tried = held.cursor, held.side, held.tried
+        cursor, side = held.cursor, held.side
         sent: list[tuple[str, Any]] = []
         # (A connection's first transaction has begun already: a2sql.preparation
         # asked the server a question.)
@@ -377,7 +373,7 @@ class DirectTransaction:
                     side.execute(_BEGIN_READ_COMMITTED)
                 sql, arguments = self._prepare(lock[0]).arguments(lock[1])
                 sent.append((sql, arguments))
-                tried.execute(sql, arguments)
+                side.execute(sql, arguments)
                 if wait_for_lock:
                     pipeline.sync()
                 built, params = statement()
@@ -388,7 +384,6 @@ class DirectTransaction:
                 if commit:
                     sent.append(("COMMIT", ()))
                     side.execute(_COMMIT)
-            first = tried.fetchone()[0]
             rows = prepared.rows(cast("list[Row]", cursor.fetchall())) if prepared.fetch else []
         except self._error as error:
             # A connection lost meanwhile can surface as psycopg failing to leave
@@ -400,7 +395,7 @@ class DirectTransaction:
             cause = context if stuck and isinstance(context, self._error) else error
             # Which statement failed is in the error; all of them are reported.
             self._fail(cause, ";\n".join(sql for sql, _ in sent), [a for _, a in sent], lost=stuck)
-        return first, rows
+        return rows
 
     def rollback(self) -> None:
         """After a failure: never raises (the failure being handled is the one to report)."""

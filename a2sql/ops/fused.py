@@ -19,8 +19,8 @@ before the lock, where every other transaction reads the clock after it, so
 that the times a session's writes carry follow the order the lock gives
 them. The guards keep that order: the statement writes only if the lock was
 granted (``GRANTED``) and nothing it follows carries a time later than its
-``now``: the session's last event, the attempt's claim, the events it may
-claim (how each became free). A writer that went ahead between the clock's
+``now``: the session's last event, the attempt's claim, the events a claim
+takes (how each became free). A writer that went ahead between the clock's
 reading and the lock therefore makes it write nothing, and the call runs
 again after the lock (a2sql.calls): on the direct path BEGIN and the lock,
 then, once granted, the clock read and the unguarded statement with COMMIT,
@@ -43,6 +43,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from sqlalchemy import (
     Boolean,
+    ColumnElement,
     Executable,
     Insert,
     Select,
@@ -136,35 +137,35 @@ NOT_BEFORE_LAST_EVENT = (
 # The attempt's claim was taken no later than ``now``.
 NOT_BEFORE_CLAIM = E.c.last_claimed_at <= NOW
 _FREE = E.alias("free_event")
-_PREVIOUS = E.alias("previous_in_lane")
-# When a lane's event became ready, if it was promoted: its lane's previous
-# event was then processed (by a completion or a skip). The primary key
-# walked back from the event to that one.
-_PROMOTED_AT = (
-    select(_PREVIOUS.c.processed_at)
-    .where(
-        _PREVIOUS.c.session_id == SESSION,
-        _PREVIOUS.c.lane == _FREE.c.lane,
-        _PREVIOUS.c.idx < _FREE.c.idx,
+
+
+def _not_before_freed(excluding: bool, limited: bool) -> ColumnElement[bool]:
+    """None of the events the claim takes became free to claim later than ``now``: each
+    was created, claimed (then released) and failed (to be retried at once) no later.
+    Nor is any a lane's event never claimed, which may have been promoted later, when
+    its lane's previous event was processed: finding that event is a walk back through
+    the session's events, as long as the session, so such a claim takes the way
+    after the lock."""
+    taken = select(
+        _FREE.c.created_at,
+        _FREE.c.last_claimed_at,
+        _FREE.c.last_failed_at,
+        _FREE.c.lane,
+        _FREE.c.first_claimed_at,
+    ).where(_FREE.c.session_id == SESSION, *ready(_FREE), free(_FREE))
+    if excluding:
+        taken = taken.where(_FREE.c.idx.not_in(bindparam("exclude", expanding=True)))
+    if limited:  # the same events as the claim's own limit: first in index order
+        taken = taken.order_by(_FREE.c.session_id, _FREE.c.idx).limit(bindparam("limit"))
+    event = taken.subquery("taken")
+    return ~exists().where(
+        or_(
+            event.c.created_at > NOW,
+            event.c.last_claimed_at > NOW,
+            event.c.last_failed_at > NOW,
+            and_(event.c.lane.is_not(None), event.c.first_claimed_at.is_(None)),
+        )
     )
-    .order_by(_PREVIOUS.c.session_id.desc(), _PREVIOUS.c.idx.desc())
-    .limit(ONE_ROW)
-    .scalar_subquery()
-)
-# No event free to claim became so later than ``now``: it was created, claimed
-# (then released) or failed (to be retried at once) no later, and a lane's
-# event never claimed was promoted no later.
-NOT_BEFORE_FREED = ~exists().where(
-    _FREE.c.session_id == SESSION,
-    *ready(_FREE),
-    free(_FREE),
-    or_(
-        _FREE.c.created_at > NOW,
-        _FREE.c.last_claimed_at > NOW,
-        _FREE.c.last_failed_at > NOW,
-        and_(_FREE.c.lane.is_not(None), _FREE.c.first_claimed_at.is_(None), _PROMOTED_AT > NOW),
-    ),
-)
 
 
 # --- events numbered on the server -------------------------------------------
@@ -425,7 +426,7 @@ def claim_available(
 
 @cache
 def _guarded_claim(excluding: bool, limited: bool) -> Update:
-    return claim_statement(excluding, limited).where(GRANTED, NOT_BEFORE_FREED)
+    return claim_statement(excluding, limited).where(GRANTED, _not_before_freed(excluding, limited))
 
 
 GUARDED_FAIL = FAIL_IF_CURRENT.where(GRANTED, NOT_BEFORE_CLAIM)
