@@ -244,13 +244,16 @@ class HeldConnection:
     transactions send theirs, at READ COMMITTED whatever the connection's level.
     """
 
-    __slots__ = ("_set_autocommit", "cursor", "pooled", "side", "sqlite")
+    __slots__ = ("_set_autocommit", "cursor", "implicit", "pooled", "side", "sqlite")
 
     def __init__(self, pooled: PoolProxiedConnection, *, sqlite: bool) -> None:
         self.pooled = pooled
         self.sqlite = sqlite
         self.cursor: Any = pooled.cursor()
         self.side: Any = None
+        # Whether a transaction sent whole may go without BEGIN and COMMIT
+        # (a2sql.preparation.implicit_transactions); known after its first one.
+        self.implicit: bool | None = None
         self._set_autocommit = False
         if not sqlite:
             self.side = pooled.cursor()
@@ -280,6 +283,7 @@ class DirectTransaction:
     __slots__ = (
         "_cursor",
         "_dialect",
+        "_ended_by_server",
         "_engine",
         "_error",
         "_held",
@@ -301,6 +305,8 @@ class DirectTransaction:
         # PostgreSQL: BEGIN is still to be sent, with the first statement (SQLite
         # sends it in ``begin``).
         self._unbegun = not held.sqlite
+        # A failed pipeline's implicit transaction, which the server ended.
+        self._ended_by_server = False
         # The prepare threshold to put back (psycopg), if a2sql changed it
         # (a2sql.preparation).
         self._threshold: Any = preparation.UNPREPARED
@@ -328,7 +334,10 @@ class DirectTransaction:
             self.send("BEGIN" if read_only else "BEGIN IMMEDIATE")
             return
         connection: Any = self._pooled.dbapi_connection
-        self._threshold = preparation.unprepare(self._pooled.info, connection, self.scalar)
+        info = self._pooled.info
+        self._threshold = preparation.unprepare(info, connection, self.scalar)
+        if self._held.implicit is None:
+            self._held.implicit = preparation.implicit_transactions(info, connection, self.scalar)
 
     def commit(self) -> None:
         # As a statement on SQLite too: the driver keeps it prepared, where its
@@ -364,12 +373,15 @@ class DirectTransaction:
         # (A connection's first transaction has begun already: a2sql.preparation
         # asked the server a question.)
         begin = self._unbegun
-        if begin:
+        # Sent whole, without BEGIN and COMMIT where the statements up to the Sync
+        # make a transaction at READ COMMITTED: two executes of four.
+        implicit = begin and commit and not wait_for_lock and bool(held.implicit)
+        if begin and not implicit:
             sent.append((_BEGIN_READ_COMMITTED.decode(), ()))
         self._unbegun = commit
         try:
             with connection.pipeline() as pipeline:
-                if begin:
+                if begin and not implicit:
                     side.execute(_BEGIN_READ_COMMITTED)
                 sql, arguments = self._prepare(lock[0]).arguments(lock[1])
                 sent.append((sql, arguments))
@@ -381,11 +393,14 @@ class DirectTransaction:
                 sql, arguments = prepared.arguments(params)
                 sent.append((sql, arguments))
                 cursor.execute(sql, arguments)
-                if commit:
+                if commit and not implicit:
                     sent.append(("COMMIT", ()))
                     side.execute(_COMMIT)
             rows = prepared.rows(cast("list[Row]", cursor.fetchall())) if prepared.fetch else []
         except self._error as error:
+            # The server rolled an implicit transaction back at the Sync: ``rollback``
+            # begins one, for the driver's own rollback to run.
+            self._ended_by_server = implicit
             # A connection lost meanwhile can surface as psycopg failing to leave
             # pipeline mode ("while busy"), the loss being the context of that
             # failure: the loss is what is reported and judged. A connection still
@@ -409,6 +424,9 @@ class DirectTransaction:
                 # transaction is open): psycopg then forgets the statements it
                 # prepared, one of which a failed pipeline may have left unprepared
                 # on the server while psycopg counts it as prepared.
+                if self._ended_by_server:
+                    self._ended_by_server = False
+                    self._cursor.execute(_BEGIN_READ_COMMITTED)
                 driver.rollback()
             elif driver.in_transaction:
                 self._cursor.execute("ROLLBACK")

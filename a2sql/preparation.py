@@ -32,6 +32,8 @@ UNPREPARED = None
 
 # Key in the pool's ``info`` of a driver connection: whether it goes through a pooler.
 _BEHIND_POOLER = "a2sql_behind_pooler"
+# And whether a2sql's pipelines may go without BEGIN and COMMIT on it.
+_IMPLICIT = "a2sql_implicit_transactions"
 
 POOLER_HINT = (
     "a connection pooler in transaction mode (PgBouncer) that a2sql did not recognise "
@@ -50,6 +52,25 @@ def behind_pooler(info: dict[Any, Any], driver: Any, scalar: Callable[[str], Any
             driver.info.backend_pid
         )
     return bool(behind)
+
+
+def implicit_transactions(info: dict[Any, Any], driver: Any, scalar: Callable[[str], Any]) -> bool:
+    """Whether a transaction a2sql sends whole in one pipeline may go without BEGIN and
+    COMMIT on the psycopg connection ``driver``: its statements up to the pipeline's
+    Sync then form one transaction, at the session's default isolation level, which
+    must be READ COMMITTED. Asked once per connection, as ``behind_pooler``, and never
+    behind a pooler (where a2sql keeps to what poolers are known to pass on).
+
+    The default is a setting of the server, the database, the role or the connection's
+    options, all fixed when the connection opens; an application that changes it later
+    on a connection it shares with a2sql (``SET default_transaction_isolation``) should
+    dispose of the engine's pool after."""
+    implicit = info.get(_IMPLICIT)
+    if implicit is None:
+        implicit = info[_IMPLICIT] = not behind_pooler(info, driver, scalar) and (
+            scalar("SELECT current_setting('default_transaction_isolation')") == "read committed"
+        )
+    return bool(implicit)
 
 
 def unprepare(info: dict[Any, Any], driver: Any, scalar: Callable[[str], Any]) -> Any:

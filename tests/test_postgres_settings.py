@@ -148,6 +148,40 @@ def test_a_writer_gives_up_after_lock_timeout_saying_the_session_is_locked(pg_ur
         holder.join()
 
 
+@pytest.mark.parametrize("level", ["read committed", "repeatable read", "serializable"])
+def test_a_call_sent_whole_begins_read_committed_unless_that_is_the_default(
+    pg_url: str, level: str
+) -> None:
+    """A call sent whole in one pipeline goes without BEGIN and COMMIT, its statements one
+    implicit transaction at the session's default level, only where that level is READ
+    COMMITTED (a2sql.preparation.implicit_transactions); elsewhere it begins one at that
+    level, as every other transaction does."""
+    psycopg = pytest.importorskip("psycopg")
+    sent: list[str] = []
+
+    class Recording(psycopg.Cursor):  # type: ignore[misc]
+        def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
+            sent.append(query.decode() if isinstance(query, bytes) else str(query))
+            return super().execute(query, params, **kw)
+
+    setting = level.replace(" ", "\\ ")  # libpq's options take a space escaped
+    url = with_server_option(pg_url, f"default_transaction_isolation={setting}")
+    engine = create_engine(url, connect_args={"cursor_factory": Recording})
+    try:
+        with a2sql.create_store(engine, migrate=False) as store:
+            store.read("s")  # the connection's first transaction asks what it needs
+            sent.clear()
+            store.append("s", [NewEvent("t", 1)])
+            begun = [sql for sql in sent if sql.startswith(("BEGIN", "COMMIT"))]
+            assert len(store.read("s")) == 1
+    finally:
+        engine.dispose()
+    if level == "read committed":
+        assert begun == []
+    else:
+        assert begun == ["BEGIN ISOLATION LEVEL READ COMMITTED", "COMMIT"]
+
+
 class _FreezingClock:
     """A clock whose first reading in an operation stalls: a frozen client. (create_store's
     check of the clock reads it once before.)"""

@@ -12,9 +12,10 @@ reading what it needs (a2sql.calls).
 
 In a transaction of a2sql's own the statement first goes out ``guarded``,
 right behind a lock statement that only tries the session's lock (never
-waiting): on the direct path (a2sql.direct) BEGIN, the two and COMMIT make
-one round trip, sent whole before the client waits, so that a client frozen
-mid-way never holds the lock. Its parameters hold the clock's reading, taken
+waiting): on the direct path (a2sql.direct) the two make one round trip and
+one transaction (with BEGIN and COMMIT where the connection's default level
+is not READ COMMITTED), sent whole before the client waits, so that a client
+frozen mid-way never holds the lock. Its parameters hold the clock's reading, taken
 before the lock, where every other transaction reads the clock after it, so
 that the times a session's writes carry follow the order the lock gives
 them. The guards keep that order: the statement writes only if the lock was
