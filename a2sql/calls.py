@@ -10,9 +10,10 @@ engine it is on.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -81,6 +82,10 @@ class Context:
     limits: validate.Limits
     # How long a2sql's own transactions wait for a lock (SQLite: the busy timeout).
     lock_timeout_ms: int
+    # Sessions whose call sent whole lately wrote nothing where the call after the
+    # lock then did (another writer held the session, or went ahead): until when
+    # (time.monotonic()) their calls go straight the way after the lock.
+    contended: dict[str, float] = field(default_factory=dict)
 
     def now(self) -> datetime:
         """The clock, read inside the transaction (after the session's lock): UTC, to the ms."""
@@ -150,14 +155,20 @@ def _fused_first(connection: Transaction, ctx: Context, call: Call[T]) -> T:
     the call after the lock: its clock read anew, its fused statement, then the full
     path if that wrote nothing either."""
     commit = type(connection) is DirectTransaction and not connection.commits_later
-    result = _fused(connection, ctx, call, tried=True, commit=commit)
-    if result is not None:
-        return result
+    session = call.lock_session
+    assert session is not None
+    contended = commit and ctx.contended.get(session, 0.0) > time.monotonic()
+    if not contended:
+        result = _fused(connection, ctx, call, tried=True, commit=commit)
+        if result is not None:
+            return result
     if commit:
         # Over, having written nothing: the call again, once the lock is granted,
         # in two round trips.
         again = _fused(connection, ctx, call, tried=False, commit=True)
         if again is not None:
+            if not contended:
+                _remember_contended(ctx.contended, session)
             return again
         _lock(connection, ctx, call)
         return call.run(connection)
@@ -165,6 +176,20 @@ def _fused_first(connection: Transaction, ctx: Context, call: Call[T]) -> T:
     # it was granted: the same statements then as on the direct path).
     _lock(connection, ctx, call)
     return _run_locked(connection, call)
+
+
+# How long a session stays contended, and how many are remembered at most.
+CONTENDED_S = 1.0
+_MAX_CONTENDED = 1024
+
+
+def _remember_contended(contended: dict[str, float], session: str) -> None:
+    """Send ``session``'s calls the way after the lock for a while: a call sent whole that
+    finds the lock held costs a round trip more than that way, and a session contended
+    now likely is a moment later."""
+    if len(contended) >= _MAX_CONTENDED:
+        contended.clear()
+    contended[session] = time.monotonic() + CONTENDED_S
 
 
 def _fused(

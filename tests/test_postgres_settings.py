@@ -182,6 +182,51 @@ def test_a_call_sent_whole_begins_read_committed_unless_that_is_the_default(
         assert begun == ["BEGIN ISOLATION LEVEL READ COMMITTED", "COMMIT"]
 
 
+def test_a_session_whose_lock_was_held_goes_the_way_after_the_lock_for_a_while(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call sent whole that finds the session's lock held costs a round trip more than
+    waiting for the lock at once: the session's next calls wait at once, for
+    ``CONTENDED_S``, then try again."""
+    monkeypatch.setattr(a2sql.calls, "CONTENDED_S", 0.5)
+    psycopg = pytest.importorskip("psycopg")
+    sent: list[str] = []
+
+    class Recording(psycopg.Cursor):  # type: ignore[misc]
+        def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
+            sent.append(query.decode() if isinstance(query, bytes) else str(query))
+            return super().execute(query, params, **kw)
+
+    def tried() -> list[bool]:
+        """For each lock statement sent since the last call: whether it only tried."""
+        locks = [sql for sql in sent if "advisory_xact_lock" in sql]
+        sent.clear()
+        return ["pg_try_advisory_xact_lock" in sql for sql in locks]
+
+    engine = create_engine(pg_url, connect_args={"cursor_factory": Recording})
+    try:
+        with a2sql.create_store(engine, migrate=False) as store:
+            store.append("s", [NewEvent("t", 0)])
+            assert tried() == [True]
+            held, done = threading.Event(), threading.Event()
+            holder = threading.Thread(target=_hold_session_lock, args=(pg_url, "s", held, done))
+            holder.start()
+            assert held.wait(10)
+            threading.Timer(0.2, done.set).start()
+            store.append("s", [NewEvent("t", 1)])  # waits for the holder
+            holder.join()
+            assert tried() == [True, False]
+            store.append("s", [NewEvent("t", 2)])
+            store.append("other", [NewEvent("t", 2)])
+            assert tried() == [False, True]
+            time.sleep(0.6)
+            store.append("s", [NewEvent("t", 3)])
+            assert tried() == [True]
+            assert [e.index for e in store.read("s")] == [1, 2, 3, 4]
+    finally:
+        engine.dispose()
+
+
 class _FreezingClock:
     """A clock whose first reading in an operation stalls: a frozen client. (create_store's
     check of the clock reads it once before.)"""
