@@ -88,7 +88,8 @@ class Context:
     contended: dict[str, float] = field(default_factory=dict)
 
     def now(self) -> datetime:
-        """The clock, read inside the transaction (after the session's lock): UTC, to the ms."""
+        """The clock, UTC, to the ms: read after the session's lock, but by a call sent
+        whole with its lock (a2sql.ops.fused), which reads it just before."""
         if type(self.clock) is SystemClock:  # aware, UTC and to the ms already
             return self.clock.now()
         value = self.clock.now()
@@ -150,10 +151,10 @@ def _lock(connection: Transaction, ctx: Context, call: Call[Any]) -> None:
 
 def _fused_first(connection: Transaction, ctx: Context, call: Call[T]) -> T:
     """A call with a fused statement (a2sql.ops.fused): first the session's lock tried
-    and the guarded statement sent at once; on the direct path in one round trip with
-    BEGIN and, unless the caller decides the commit, COMMIT. When that wrote nothing,
+    and the guarded statement sent at once, on the direct path in one round trip (and
+    one transaction, unless the caller decides the commit). When that wrote nothing,
     the call after the lock: its clock read anew, its fused statement, then the full
-    path if that wrote nothing either."""
+    path if that wrote nothing either. A session found contended skips the first."""
     commit = type(connection) is DirectTransaction and not connection.commits_later
     session = call.lock_session
     assert session is not None

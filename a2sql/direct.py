@@ -18,9 +18,11 @@ those then run through ``Connection.execute``.
 A store holds a driver connection across many transactions (``HeldConnection``):
 its cursors are made once, and on PostgreSQL it stays in psycopg's autocommit
 mode while held, a2sql sending ``BEGIN`` and ``COMMIT`` itself (it rolls back
-through the driver). Switching autocommit on and off for each pipelined
-transaction, and a new cursor for each of its statements, cost 5-10% of a
-cycle's CPU (BENCHMARKS.md).
+through the driver), or neither for a transaction it sends whole in one
+pipeline where the connection's default isolation level is READ COMMITTED.
+Switching autocommit on and off for each pipelined transaction, and a new
+cursor for each of its statements, cost 5-10% of a cycle's CPU
+(BENCHMARKS.md).
 """
 
 from __future__ import annotations
