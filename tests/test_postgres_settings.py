@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import Engine, create_engine, make_url, text
 
 import a2sql
 from a2sql import A2Error, ClaimRef, ErrorCode, NewEvent
@@ -148,14 +148,10 @@ def test_a_writer_gives_up_after_lock_timeout_saying_the_session_is_locked(pg_ur
         holder.join()
 
 
-@pytest.mark.parametrize("level", ["read committed", "repeatable read", "serializable"])
-def test_a_call_sent_whole_begins_read_committed_unless_that_is_the_default(
-    pg_url: str, level: str
-) -> None:
-    """A call sent whole in one pipeline goes without BEGIN and COMMIT, its statements one
-    implicit transaction at the session's default level, only where that level is READ
-    COMMITTED (a2sql.preparation.implicit_transactions); elsewhere it begins one at that
-    level, as every other transaction does."""
+def _recording_engine(url: str) -> tuple[Engine, list[str]]:
+    """An engine on ``url`` whose psycopg cursors record the SQL they execute (a cursor
+    class, not an event listener, which would take a2sql off its direct path), and the
+    record."""
     psycopg = pytest.importorskip("psycopg")
     sent: list[str] = []
 
@@ -164,9 +160,20 @@ def test_a_call_sent_whole_begins_read_committed_unless_that_is_the_default(
             sent.append(query.decode() if isinstance(query, bytes) else str(query))
             return super().execute(query, params, **kw)
 
+    return create_engine(url, connect_args={"cursor_factory": Recording}), sent
+
+
+@pytest.mark.parametrize("level", ["read committed", "repeatable read", "serializable"])
+def test_a_call_sent_whole_begins_read_committed_unless_that_is_the_default(
+    pg_url: str, level: str
+) -> None:
+    """A call sent whole in one pipeline goes without BEGIN and COMMIT, its statements one
+    implicit transaction at the session's default level, only where that level is READ
+    COMMITTED (a2sql.preparation.implicit_transactions); elsewhere it begins one at that
+    level, as every other transaction does."""
     setting = level.replace(" ", "\\ ")  # libpq's options take a space escaped
     url = with_server_option(pg_url, f"default_transaction_isolation={setting}")
-    engine = create_engine(url, connect_args={"cursor_factory": Recording})
+    engine, sent = _recording_engine(url)
     try:
         with a2sql.create_store(engine, migrate=False) as store:
             store.read("s")  # the connection's first transaction asks what it needs
@@ -189,13 +196,6 @@ def test_a_session_whose_lock_was_held_goes_the_way_after_the_lock_for_a_while(
     waiting for the lock at once: the session's next calls wait at once, for
     ``CONTENDED_S``, then try again."""
     monkeypatch.setattr(a2sql.calls, "CONTENDED_S", 0.5)
-    psycopg = pytest.importorskip("psycopg")
-    sent: list[str] = []
-
-    class Recording(psycopg.Cursor):  # type: ignore[misc]
-        def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
-            sent.append(query.decode() if isinstance(query, bytes) else str(query))
-            return super().execute(query, params, **kw)
 
     def tried() -> list[bool]:
         """For each lock statement sent since the last call: whether it only tried."""
@@ -203,7 +203,7 @@ def test_a_session_whose_lock_was_held_goes_the_way_after_the_lock_for_a_while(
         sent.clear()
         return ["pg_try_advisory_xact_lock" in sql for sql in locks]
 
-    engine = create_engine(pg_url, connect_args={"cursor_factory": Recording})
+    engine, sent = _recording_engine(pg_url)
     try:
         with a2sql.create_store(engine, migrate=False) as store:
             store.append("s", [NewEvent("t", 0)])
