@@ -21,6 +21,7 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    true,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ColumnElement
@@ -42,6 +43,12 @@ SESSION_LOCK_CLASS = 0x6132
 # transaction only, so it survives a transaction pooler; outside such a
 # transaction it is unset or empty (a2sql.ops.fused).
 GRANTED_SETTING = "a2sql.granted"
+# Whether the lock was granted, as a statement after the try reads it. Unset,
+# as on a connection that never tried, it reads as NULL: not granted. A test
+# of no column, which the planner checks once, before reading any row.
+GRANTED = func.current_setting(literal_column(f"'{GRANTED_SETTING}'"), true()) == literal_column(
+    "'true'"
+)
 
 
 class Dialect:
@@ -206,13 +213,7 @@ class PostgresDialect(Dialect):
         True: select(
             _granted,
             *_bounds,
-            case(
-                (
-                    func.current_setting(literal_column(f"'{GRANTED_SETTING}'"))
-                    == literal_column("'true'"),
-                    _notify_call,
-                )
-            ),
+            case((GRANTED, _notify_call)),
         ),
     }
     _isolation_level = select(_isolation)

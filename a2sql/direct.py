@@ -246,16 +246,13 @@ class HeldConnection:
     transactions send theirs, at READ COMMITTED whatever the connection's level.
     """
 
-    __slots__ = ("_set_autocommit", "cursor", "implicit", "pooled", "side", "sqlite")
+    __slots__ = ("_set_autocommit", "cursor", "pooled", "side", "sqlite")
 
     def __init__(self, pooled: PoolProxiedConnection, *, sqlite: bool) -> None:
         self.pooled = pooled
         self.sqlite = sqlite
         self.cursor: Any = pooled.cursor()
         self.side: Any = None
-        # Whether a transaction sent whole may go without BEGIN and COMMIT
-        # (a2sql.preparation.implicit_transactions); known after its first one.
-        self.implicit: bool | None = None
         self._set_autocommit = False
         if not sqlite:
             self.side = pooled.cursor()
@@ -289,6 +286,7 @@ class DirectTransaction:
         "_engine",
         "_error",
         "_held",
+        "_implicit",
         "_pooled",
         "_threshold",
         "_unbegun",
@@ -309,6 +307,9 @@ class DirectTransaction:
         self._unbegun = not held.sqlite
         # A failed pipeline's implicit transaction, which the server ended.
         self._ended_by_server = False
+        # Whether a transaction sent whole may go without BEGIN and COMMIT
+        # (a2sql.preparation.implicit_transactions; PostgreSQL, from ``begin``).
+        self._implicit = False
         # The prepare threshold to put back (psycopg), if a2sql changed it
         # (a2sql.preparation).
         self._threshold: Any = preparation.UNPREPARED
@@ -338,8 +339,7 @@ class DirectTransaction:
         connection: Any = self._pooled.dbapi_connection
         info = self._pooled.info
         self._threshold = preparation.unprepare(info, connection, self.scalar)
-        if self._held.implicit is None:
-            self._held.implicit = preparation.implicit_transactions(info, connection, self.scalar)
+        self._implicit = preparation.implicit_transactions(info, connection, self.scalar)
 
     def commit(self) -> None:
         # As a statement on SQLite too: the driver keeps it prepared, where its
@@ -377,13 +377,14 @@ class DirectTransaction:
         begin = self._unbegun
         # Sent whole, without BEGIN and COMMIT where the statements up to the Sync
         # make a transaction at READ COMMITTED: two executes of four.
-        implicit = begin and commit and not wait_for_lock and bool(held.implicit)
-        if begin and not implicit:
+        implicit = begin and commit and not wait_for_lock and self._implicit
+        explicit_begin = begin and not implicit
+        if explicit_begin:
             sent.append((_BEGIN_READ_COMMITTED.decode(), ()))
         self._unbegun = commit
         try:
             with connection.pipeline() as pipeline:
-                if begin and not implicit:
+                if explicit_begin:
                     side.execute(_BEGIN_READ_COMMITTED)
                 sql, arguments = self._prepare(lock[0]).arguments(lock[1])
                 sent.append((sql, arguments))

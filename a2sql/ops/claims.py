@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Select,
     Update,
     bindparam,
     func,
@@ -86,18 +87,27 @@ _claim = (
 )
 
 
+def claimable(events: Any, *columns: Any, excluding: bool, limited: bool) -> Select[Any]:
+    """``columns`` of the events a claim takes, read from ``events`` (E or an alias of
+    it): the session's dispatchable events free now, but the excluded indexes; with
+    ``limited``, the lowest ``limit`` indexes of them (first in
+    a2_events_dispatch_ready)."""
+    found = select(*columns).where(events.c.session_id == SESSION, *ready(events), free(events))
+    if excluding:
+        found = found.where(events.c.idx.not_in(bindparam("exclude", expanding=True)))
+    if limited:
+        found = found.order_by(events.c.session_id, events.c.idx).limit(bindparam("limit"))
+    return found
+
+
 @cache
 def claim_statement(excluding: bool, limited: bool) -> Update:
     statement = _claim
     if excluding:
         statement = statement.where(E.c.idx.not_in(bindparam("exclude", expanding=True)))
     if limited:
-        # The lowest claimable indexes: first in a2_events_dispatch_ready.
-        first = select(E.c.idx).where(*DISPATCHABLE, FREE)
-        if excluding:
-            first = first.where(E.c.idx.not_in(bindparam("exclude", expanding=True)))
         statement = statement.where(
-            E.c.idx.in_(first.order_by(E.c.session_id, E.c.idx).limit(bindparam("limit")))
+            E.c.idx.in_(claimable(E, E.c.idx, excluding=excluding, limited=True))
         )
     return statement
 

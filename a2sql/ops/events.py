@@ -68,8 +68,14 @@ ONE_ROW: ColumnClause[int] = literal_column("1")
 
 def last_index(events: Any = E) -> ScalarSelect[int]:
     """The session's last index, NULL when it has none: its last primary key entry."""
+    return of_last_event(events, events.c.idx)
+
+
+def of_last_event(events: Any, column: Any) -> ScalarSelect[Any]:
+    """``column`` of the session's last event, read from ``events`` (E or an alias of
+    it); NULL when it has none. The last primary key entry."""
     return (
-        select(events.c.idx)
+        select(column)
         .where(events.c.session_id == SESSION)
         .order_by(events.c.session_id.desc(), events.c.idx.desc())
         .limit(ONE_ROW)

@@ -67,7 +67,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 
 from a2sql.codec import encode_cause, encode_ids
-from a2sql.dialects import GRANTED_SETTING
+from a2sql.dialects import GRANTED
 from a2sql.errors import A2Error
 from a2sql.execute import AnyRow
 from a2sql.ops.append import duplicate_ids
@@ -80,15 +80,14 @@ from a2sql.ops.attempts import (
     promote_lane_head,
     returned_id_taken,
 )
-from a2sql.ops.claims import claim, claim_statement, claimed_events, free, ready
+from a2sql.ops.claims import claim, claim_statement, claimable, claimed_events
 from a2sql.ops.events import (
     HAS_PENDING,
     INSERTED_COLUMNS,
-    ONE_ROW,
-    SESSION,
     ValidEvent,
     last_index,
     new_stored_event,
+    of_last_event,
 )
 from a2sql.records import AppendResult, ClaimResult, CompleteResult, EventCause, FailResult
 from a2sql.schema import events as E
@@ -115,26 +114,10 @@ class Fused(NamedTuple, Generic[T]):
 
 # --- the guards of a transaction that tried the lock ---------------------------
 
-# The lock statement granted the lock (a2sql.dialects.GRANTED_SETTING). Unset,
-# as on a connection that never tried, it reads as NULL: not granted. A test
-# of no column, so the planner checks it once, before reading any row.
-GRANTED = func.current_setting(literal_column(f"'{GRANTED_SETTING}'"), true()) == literal_column(
-    "'true'"
-)
 _LATEST = E.alias("latest")
 # No event of the session was created later than ``now``: events numbered
 # after the last one are created no earlier than it.
-NOT_BEFORE_LAST_EVENT = (
-    func.coalesce(
-        select(_LATEST.c.created_at)
-        .where(_LATEST.c.session_id == SESSION)
-        .order_by(_LATEST.c.session_id.desc(), _LATEST.c.idx.desc())
-        .limit(ONE_ROW)
-        .scalar_subquery(),
-        NOW,
-    )
-    <= NOW
-)
+NOT_BEFORE_LAST_EVENT = func.coalesce(of_last_event(_LATEST, _LATEST.c.created_at), NOW) <= NOW
 # The attempt's claim was taken no later than ``now``.
 NOT_BEFORE_CLAIM = E.c.last_claimed_at <= NOW
 _FREE = E.alias("free_event")
@@ -147,18 +130,16 @@ def _not_before_freed(excluding: bool, limited: bool) -> ColumnElement[bool]:
     its lane's previous event was processed: finding that event is a walk back through
     the session's events, as long as the session, so such a claim takes the way
     after the lock."""
-    taken = select(
+    event = claimable(
+        _FREE,
         _FREE.c.created_at,
         _FREE.c.last_claimed_at,
         _FREE.c.last_failed_at,
         _FREE.c.lane,
         _FREE.c.first_claimed_at,
-    ).where(_FREE.c.session_id == SESSION, *ready(_FREE), free(_FREE))
-    if excluding:
-        taken = taken.where(_FREE.c.idx.not_in(bindparam("exclude", expanding=True)))
-    if limited:  # the same events as the claim's own limit: first in index order
-        taken = taken.order_by(_FREE.c.session_id, _FREE.c.idx).limit(bindparam("limit"))
-    event = taken.subquery("taken")
+        excluding=excluding,
+        limited=limited,
+    ).subquery("taken")
     return ~exists().where(
         or_(
             event.c.created_at > NOW,

@@ -1,4 +1,4 @@
-SELECT set_config('a2sql.granted', CAST(pg_try_advisory_xact_lock(24882, hashtext(%(sid)s)) AS TEXT), %(set_config_2)s) AS set_config_1, set_config('lock_timeout', %(wait)s, %(set_config_4)s) AS set_config_3, set_config('idle_in_transaction_session_timeout', %(wait)s, %(set_config_6)s) AS set_config_5, CASE WHEN (current_setting('a2sql.granted') = 'true') THEN pg_notify('a2sql_events', %(sid)s) END AS anon_1;
+SELECT set_config('a2sql.granted', CAST(pg_try_advisory_xact_lock(24882, hashtext(%(sid)s)) AS TEXT), %(set_config_2)s) AS set_config_1, set_config('lock_timeout', %(wait)s, %(set_config_4)s) AS set_config_3, set_config('idle_in_transaction_session_timeout', %(wait)s, %(set_config_6)s) AS set_config_5, CASE WHEN (current_setting('a2sql.granted', true) = 'true') THEN pg_notify('a2sql_events', %(sid)s) END AS anon_1;
 
 INSERT INTO a2_events (session_id, idx, event_type, payload, event_id, created_at, cause, lane, lane_ready, processed_at) SELECT %(sid)s::VARCHAR COLLATE "C" AS anon_2, coalesce((SELECT a2_events.idx
 FROM a2_events
