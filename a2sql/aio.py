@@ -10,7 +10,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcon
 from datetime import datetime
 from functools import partial
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -23,6 +23,7 @@ from a2sql.clock import Clock
 from a2sql.direct import observed
 from a2sql.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
 from a2sql.handoff import Abandoned, Job, SyncPath, decided
+from a2sql.onloop import OnLoop
 from a2sql.records import (
     JSON,
     AppendResult,
@@ -232,10 +233,14 @@ class AsyncOperations:
         )
 
 
-def _release(wakeups: StoreWakeups, sync_path: SyncPath | None, *, wait: bool) -> None:
+def _release(
+    wakeups: StoreWakeups, sync_path: SyncPath | None, on_loop: OnLoop | None, *, wait: bool
+) -> None:
     """What closing an ``AsyncStore`` releases besides its asyncio engine (``wait``: until
     the listener's connection is closed)."""
     wakeups.stop(wait=wait)
+    if on_loop is not None:
+        on_loop.drop()
     if sync_path is not None:
         sync_path.close()
 
@@ -261,6 +266,11 @@ class AsyncStore(AsyncOperations):
     ) -> None:
         self._engine = engine
         self._sync_path = sync_path
+        self._on_loop = (
+            OnLoop(engine, sync_path.engine.dialect)
+            if sync_path is not None and sync_path.engine.dialect.name == "postgresql"
+            else None
+        )
         self._file = database_file
         self._ctx = context
         self._owns_engine = owns_engine
@@ -278,7 +288,9 @@ class AsyncStore(AsyncOperations):
         # As Store's: dropped without close(), the store stops its listener
         # (thread and connection) when collected. Its engine's pool is left
         # to the garbage collector: closing asyncio connections needs a loop.
-        self._release = weakref.finalize(self, _release, self._wakeups, sync_path, wait=False)
+        self._release = weakref.finalize(
+            self, _release, self._wakeups, sync_path, self._on_loop, wait=False
+        )
 
     @property
     def engine(self) -> AsyncEngine:
@@ -327,7 +339,7 @@ class AsyncStore(AsyncOperations):
             if self._closed:
                 raise closed_store()
             try:
-                result = await sync_path.run(self._ctx, call)
+                result = await self._whole_or_handed_off(sync_path, call)
             except DRIVER_FAILURES as error:
                 raise from_driver_error(error) from error
         else:
@@ -335,6 +347,20 @@ class AsyncStore(AsyncOperations):
         if call.lock_session is not None and call.wakes(result):
             self._wakeups.wake(call.lock_session)
         return result
+
+    async def _whole_or_handed_off(self, sync_path: SyncPath, call: Call[T]) -> T:
+        """``call`` sent whole from the loop where it can be (a2sql.onloop), else, or when
+        that wrote nothing, handed to the sync path's thread."""
+        on_loop, ctx = self._on_loop, self._ctx
+        if on_loop is not None and on_loop.usable and calls.sends_whole(ctx, call):
+            result = await on_loop.run(ctx, call)
+            if result is not None:
+                return result
+            # The session's lock was held, or the guard refused: the way after the
+            # lock, and for a while straight away (as Store's calls do).
+            calls.remember_contended(ctx, cast(str, call.lock_session))
+            call = calls.after_the_lock(call)
+        return await sync_path.run(ctx, call)
 
     async def _on_asyncio_engine(self, call: Call[T]) -> T:
         """``call`` in a transaction on the asyncio engine, as a task of its own whose
@@ -446,7 +472,9 @@ class AsyncStore(AsyncOperations):
             return
         self._closed = True
         self._release.detach()
-        await asyncio.to_thread(_release, self._wakeups, self._sync_path, wait=True)
+        if self._on_loop is not None:
+            await self._on_loop.close()
+        await asyncio.to_thread(_release, self._wakeups, self._sync_path, self._on_loop, wait=True)
         if self._owns_engine:
             await self._engine.dispose()
 

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, NamedTuple, TypeVar
+from functools import partial
+from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 from sqlalchemy import Connection, Executable
 from sqlalchemy.exc import DBAPIError
@@ -25,7 +26,7 @@ from a2sql.begin import begin_own, hold_write_lock
 from a2sql.clock import Clock, SystemClock
 from a2sql.codec import truncate_ms
 from a2sql.dialects import Dialect
-from a2sql.direct import DirectTransaction
+from a2sql.direct import DirectTransaction, Params
 from a2sql.errors import invalid, is_event_id_collision
 from a2sql.execute import AnyRow, Transaction
 from a2sql.ops import append as append_ops
@@ -158,7 +159,7 @@ def _fused_first(connection: Transaction, ctx: Context, call: Call[T]) -> T:
     commit = type(connection) is DirectTransaction and not connection.commits_later
     session = call.lock_session
     assert session is not None
-    contended = commit and ctx.contended.get(session, 0.0) > time.monotonic()
+    contended = commit and is_contended(ctx, session)
     if not contended:
         result = _fused(connection, ctx, call, tried=True, commit=commit)
         if result is not None:
@@ -169,7 +170,7 @@ def _fused_first(connection: Transaction, ctx: Context, call: Call[T]) -> T:
         again = _fused(connection, ctx, call, tried=False, commit=True)
         if again is not None:
             if not contended:
-                _remember_contended(ctx.contended, session)
+                remember_contended(ctx, session)
             return again
         _lock(connection, ctx, call)
         return call.run(connection)
@@ -184,13 +185,43 @@ CONTENDED_S = 1.0
 _MAX_CONTENDED = 1024
 
 
-def _remember_contended(contended: dict[str, float], session: str) -> None:
+def is_contended(ctx: Context, session: str) -> bool:
+    """Whether ``session``'s calls go straight the way after the lock for now."""
+    return ctx.contended.get(session, 0.0) > time.monotonic()
+
+
+def remember_contended(ctx: Context, session: str) -> None:
     """Send ``session``'s calls the way after the lock for a while: a call sent whole that
     finds the lock held costs a round trip more than that way, and a session contended
     now likely is a moment later."""
+    contended = ctx.contended
     if len(contended) >= _MAX_CONTENDED:
         contended.clear()
     contended[session] = time.monotonic() + CONTENDED_S
+
+
+def sends_whole(ctx: Context, call: Call[Any]) -> bool:
+    """Whether ``call`` is sent whole first, its lock only tried (``lock_statement``) and
+    its guarded statement with it: it has a fused statement, and its session is not
+    contended."""
+    return call.fused is not None and not is_contended(ctx, cast(str, call.lock_session))
+
+
+def lock_statement(ctx: Context, call: Call[Any], *, tried: bool) -> tuple[Executable, Params]:
+    """The statement that takes ``call``'s session lock (``tried``: only tries it)."""
+    assert call.lock_session is not None
+    lock = ctx.dialect.own_try_lock if tried else ctx.dialect.own_lock
+    return lock(
+        call.lock_session,
+        announce=call.added_events is not None,
+        lock_timeout_ms=ctx.lock_timeout_ms,
+    )
+
+
+def after_the_lock(call: Call[T]) -> Call[T]:
+    """``call`` without its first try: the lock, then its fused statement, then the full
+    path if that wrote nothing (for a call sent whole that wrote nothing)."""
+    return call._replace(run=partial(_run_locked, call=call), fused=None)
 
 
 def _fused(
@@ -200,14 +231,8 @@ def _fused(
     ``tried``: the lock only tried, the clock read before it and the guarded statement
     sent with it; else the clock is read once the lock is granted (only on the direct
     path, in a pipeline of two round trips)."""
-    assert call.lock_session is not None and call.fused is not None
-    announce, session = call.added_events is not None, call.lock_session
-    if tried:
-        lock = ctx.dialect.own_try_lock(
-            session, announce=announce, lock_timeout_ms=ctx.lock_timeout_ms
-        )
-    else:
-        lock = ctx.dialect.own_lock(session, announce=announce, lock_timeout_ms=ctx.lock_timeout_ms)
+    assert call.fused is not None
+    lock = lock_statement(ctx, call, tried=tried)
     fuse, built = call.fused, list[Fused[T]]()
     rows: Sequence[AnyRow]
 
@@ -216,7 +241,7 @@ def _fused(
         built.append(fused)
         return (fused.guarded if tried else fused.statement), fused.params
 
-    with _collisions(built):
+    with collisions(built):
         if type(connection) is DirectTransaction:
             if tried:  # the clock read now, before the lock
                 ready = statement()
@@ -233,7 +258,7 @@ def _run_locked(connection: Transaction, call: Call[T]) -> T:
     """The call, the session's lock taken: its fused statement first when it has one."""
     if call.fused is not None:
         fused = call.fused()
-        with _collisions([fused]):
+        with collisions([fused]):
             result = fused.answer(execute.rows(connection, fused.statement, fused.params))
         if result is not None:
             return result
@@ -241,7 +266,7 @@ def _run_locked(connection: Transaction, call: Call[T]) -> T:
 
 
 @contextmanager
-def _collisions(built: Sequence[Fused[Any]]) -> Iterator[None]:
+def collisions(built: Sequence[Fused[Any]]) -> Iterator[None]:
     """A hit on the unique event id index as the fused call's own error, if it has one
     (``built``: the fused statement, once it is built)."""
     try:

@@ -101,7 +101,7 @@ def _bind_processor(type_: Any, dialect: Dialect) -> Processor | None:
     return type_.dialect_impl(dialect).bind_processor(dialect)  # type: ignore[no-any-return]
 
 
-class _Prepared:
+class Prepared:
     """One statement compiled for one dialect, with its bind plan and result processors."""
 
     __slots__ = (
@@ -232,7 +232,16 @@ class _Prepared:
 
 # Statements are module-level constants that live as long as the process:
 # compiled once per driver, keyed by id().
-_prepared: dict[tuple[str, int], _Prepared] = {}
+_prepared: dict[tuple[str, int], Prepared] = {}
+
+
+def prepared(statement: Executable, dialect: Dialect) -> Prepared:
+    """``statement`` compiled for ``dialect``'s driver, once."""
+    key = (dialect.driver, id(statement))
+    found = _prepared.get(key)
+    if found is None:
+        found = _prepared[key] = Prepared(statement, dialect)
+    return found
 
 
 class HeldConnection:
@@ -324,12 +333,8 @@ class DirectTransaction:
         """The driver's connection the transaction runs on."""
         return self._pooled.driver_connection
 
-    def _prepare(self, statement: Executable) -> _Prepared:
-        key = (self._dialect.driver, id(statement))
-        prepared = _prepared.get(key)
-        if prepared is None:
-            prepared = _prepared[key] = _Prepared(statement, self._dialect)
-        return prepared
+    def _prepare(self, statement: Executable) -> Prepared:
+        return prepared(statement, self._dialect)
 
     def begin(self, *, read_only: bool) -> None:
         """Open the transaction: on PostgreSQL, BEGIN goes with the first statement."""

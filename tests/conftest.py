@@ -295,3 +295,10 @@ def open_store(
 
 def backend_of(url: str) -> str:
     return make_url(url).get_backend_name()
+
+
+def with_server_option(url: str, option: str) -> str:
+    """``url`` with one more ``-c`` setting for every connection."""
+    parsed = make_url(url)
+    options = " ".join(filter(None, [parsed.query.get("options", ""), f"-c{option}"]))
+    return parsed.update_query_dict({"options": options}).render_as_string(hide_password=False)

@@ -12,6 +12,7 @@ from sqlalchemy import event
 from sqlalchemy.util import await_only
 
 from a2sql import AsyncStore
+from a2sql.pooled import KEEP_IDLE
 
 DEADLINE_S = 20
 
@@ -44,11 +45,19 @@ class StatementGate:
             self._held.set_result(None)
 
 
+def checked_out(store: AsyncStore) -> int:
+    """Connections of the asyncio engine's pool in use: checked out, less those the store
+    keeps idle between the calls it sends from the loop (a2sql.onloop)."""
+    on_loop = store._on_loop
+    idle = 0 if on_loop is None else on_loop.idle
+    assert idle <= KEEP_IDLE
+    return int(store.engine.sync_engine.pool.checkedout()) - idle
+
+
 async def connections_back(store: AsyncStore, checked_out_before: int) -> None:
-    """Until the asyncio engine's pool has ``checked_out_before`` connections out again
-    (boundedly): a cancelled call's connection returns once it has rolled back."""
-    pool = store.engine.sync_engine.pool
+    """Until ``checked_out_before`` connections of the asyncio engine's pool are in use
+    again (boundedly): a cancelled call's connection returns once it has rolled back."""
     deadline = time.monotonic() + DEADLINE_S
-    while pool.checkedout() != checked_out_before and time.monotonic() < deadline:
+    while checked_out(store) != checked_out_before and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
-    assert pool.checkedout() == checked_out_before
+    assert checked_out(store) == checked_out_before

@@ -24,7 +24,7 @@ from a2sql import A2Error, AsyncStore, ErrorCode, NewEvent
 from a2sql.config import async_url, resolve_url
 from a2sql.dialects import SESSION_LOCK_CLASS
 from a2sql.migrate import head_revision
-from tests.statement_gate import StatementGate, connections_back
+from tests.statement_gate import StatementGate, checked_out, connections_back
 
 # Bound on every wait, so that a broken cancellation fails instead of hanging.
 DEADLINE_S = 5.0
@@ -39,10 +39,6 @@ def holder(postgres_url: str) -> Iterator[Connection]:
             yield connection
     finally:
         engine.dispose()
-
-
-def checked_out(store: AsyncStore) -> int:
-    return int(store.engine.sync_engine.pool.checkedout())
 
 
 async def wait_until_blocked_by(holder: Connection) -> None:
@@ -311,8 +307,9 @@ def test_async_store_created_from_url_disposes_its_engine_on_close(url: str) -> 
         store = a2sql.create_async_store(url, migrate=True)
         await store.append("s", [NewEvent("t", 1, id="e1")])
         pool = store.engine.sync_engine.pool
-        assert pool.checkedin() >= 1
+        assert pool.checkedin() + pool.checkedout() >= 1
         await store.close()
+        assert pool.checkedout() == 0, "a connection kept between calls was not given back"
         assert store.engine.sync_engine.pool is not pool or pool.checkedin() == 0
         with pytest.raises(A2Error) as raised:
             await store.read("s")

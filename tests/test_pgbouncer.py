@@ -156,6 +156,9 @@ def test_async_store_through_a_transaction_pooler(database: Pooled) -> None:
                         errors.append(f"{type(error).__name__}: {error}")
 
             await asyncio.gather(*(task(number) for number in range(8)))
+            # Its calls were handed to the thread, which does not prepare statements
+            # behind a pooler; none were sent from the loop (a2sql.onloop).
+            assert store._on_loop is not None and not store._on_loop.usable
         return errors
 
     assert asyncio.run(main()) == []

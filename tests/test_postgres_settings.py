@@ -15,18 +15,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy import Engine, create_engine, text
 
 import a2sql
 from a2sql import A2Error, ClaimRef, ErrorCode, NewEvent
 from a2sql.testing import FakeClock
-
-
-def with_server_option(url: str, option: str) -> str:
-    """``url`` with one more ``-c`` setting for every connection."""
-    parsed = make_url(url)
-    options = " ".join(filter(None, [parsed.query.get("options", ""), f"-c{option}"]))
-    return parsed.update_query_dict({"options": options}).render_as_string(hide_password=False)
+from tests.conftest import with_server_option
 
 
 @pytest.fixture

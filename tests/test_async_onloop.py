@@ -1,0 +1,267 @@
+"""An AsyncStore opened from a PostgreSQL URL sends its hot writes whole from the event
+loop (a2sql.onloop): no thread, one round trip. What that must not cost: a cancelled
+call that committed, a lock wait frozen on the loop, a connection left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, create_engine, text
+
+import a2sql
+from a2sql import AsyncStore, NewEvent
+from a2sql.calls import Call, is_contended
+from a2sql.config import resolve_url
+from a2sql.handoff import SyncPath
+from tests.conftest import with_server_option
+from tests.statement_gate import checked_out
+
+DEADLINE_S = 5.0
+
+
+@pytest.fixture
+def holder(postgres_url: str) -> Iterator[Connection]:
+    """A plain connection to the test's PostgreSQL schema, to hold locks with."""
+    engine = create_engine(resolve_url(postgres_url))
+    try:
+        with engine.connect() as connection:
+            yield connection
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def handed_off(monkeypatch: pytest.MonkeyPatch) -> list[Call[Any]]:
+    """Every call an AsyncStore hands to its sync path's thread, as it is run."""
+    handed: list[Call[Any]] = []
+    run = SyncPath.run
+
+    async def recording(self: SyncPath, ctx: Any, call: Call[Any]) -> Any:
+        handed.append(call)
+        return await run(self, ctx, call)
+
+    monkeypatch.setattr(SyncPath, "run", recording)
+    return handed
+
+
+class Trace:
+    """libpq's trace of the connection the store keeps for its next call from the loop."""
+
+    def __init__(self, store: AsyncStore) -> None:
+        on_loop = store._on_loop
+        assert on_loop is not None and on_loop.idle == 1
+        self._file = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by ``read``)
+        self._pgconn = on_loop._idle[0][0].driver.pgconn
+        self._pgconn.trace(self._file.fileno())
+
+    def read(self) -> str:
+        self._pgconn.untrace()
+        self._file.seek(0)
+        text = self._file.read()
+        self._file.close()
+        return text
+
+
+def round_trips(trace: str) -> int:
+    """The messages the client waited on: a Sync ends a pipeline, a Query is one statement."""
+    return sum(
+        1
+        for line in trace.splitlines()
+        if (fields := line.split("\t"))[1:2] == ["F"] or fields[0] == "F"
+        if any(field.strip() in ("Sync", "Query") for field in fields[2:4])
+    )
+
+
+def run(scenario: Any) -> Any:
+    return asyncio.run(scenario())
+
+
+def test_the_hot_writes_go_from_the_loop_in_one_round_trip_each(
+    postgres_url: str, handed_off: list[Call[Any]]
+) -> None:
+    """append, claim_available, complete_attempt and fail_attempt: none handed to a thread,
+    each one round trip on the connection kept from the asyncio engine's pool; a read is
+    handed to the thread, as before."""
+
+    async def scenario() -> list[int]:
+        async with a2sql.create_async_store(postgres_url, migrate=True) as store:
+            await store.append("s", [NewEvent("t", 0)])  # a connection kept from now on
+            trips = []
+            for step in range(4):
+                trace = Trace(store)
+                if step == 0:
+                    await store.append("s", [NewEvent("t", 1), NewEvent("t", 2)])
+                elif step == 1:
+                    claim = await store.claim_available("s", holder="w", ttl_ms=60_000)
+                    assert [each.index for each in claim.events] == [1, 2, 3]
+                elif step == 2:
+                    done = await store.complete_attempt(
+                        "s", index=1, attempt=1, events=[NewEvent("r", id="r1", settled=True)]
+                    )
+                    assert done.outcome == "completed"
+                else:
+                    failed = await store.fail_attempt(
+                        "s", index=2, attempt=1, error="boom", max_failures=3
+                    )
+                    assert failed.outcome == "failed"
+                trips.append(round_trips(trace.read()))
+            assert handed_off == []
+            assert [e.index for e in await store.read("s")] == [1, 2, 3, 4]
+            assert len(handed_off) == 1
+            return trips
+
+    assert run(scenario) == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("level", ["read committed", "serializable"])
+def test_a_call_from_the_loop_begins_read_committed_unless_that_is_the_default(
+    postgres_url: str, level: str
+) -> None:
+    """As on the sync path: without BEGIN and COMMIT only where the connection's default
+    isolation level is READ COMMITTED; else a READ COMMITTED transaction, in the same
+    single round trip."""
+    setting = level.replace(" ", "\\ ")
+    url = with_server_option(postgres_url, f"default_transaction_isolation={setting}")
+
+    async def scenario() -> tuple[str, int]:
+        async with a2sql.create_async_store(url, migrate=True) as store:
+            await store.append("s", [NewEvent("t", 0)])
+            trace = Trace(store)
+            await store.append("s", [NewEvent("t", 1)])
+            sent = trace.read()
+            assert [e.index for e in await store.read("s")] == [1, 2]
+            return sent, round_trips(sent)
+
+    sent, trips = run(scenario)
+    assert trips == 1
+    assert ("BEGIN ISOLATION LEVEL READ COMMITTED" in sent) is (level != "read committed")
+
+
+async def wait_until_blocked_by(holder: Connection) -> None:
+    """Until a backend waits on a lock ``holder`` holds."""
+    pid = holder.execute(text("select pg_backend_pid()")).scalar_one()
+    query = text(
+        "select count(*) from pg_stat_activity where cast(:pid as int) = any(pg_blocking_pids(pid))"
+    )
+    engine = create_engine(holder.engine.url)
+    try:
+        with engine.connect() as probe:
+            for _ in range(int(DEADLINE_S / 0.02)):
+                if probe.execute(query, {"pid": pid}).scalar_one():
+                    return
+                probe.rollback()
+                await asyncio.sleep(0.02)
+    finally:
+        engine.dispose()
+    raise AssertionError("the call never blocked on the held lock")
+
+
+def test_a_call_from_the_loop_cancelled_on_the_server_raises_cancelled_and_wrote_nothing(
+    postgres_url: str, holder: Connection, handed_off: list[Call[Any]]
+) -> None:
+    """An append sent whole waits on a row lock (another transaction inserted its event id,
+    uncommitted); its caller is cancelled: the server cancels the statement, the caller
+    gets CancelledError, nothing was written, and the loop kept running meanwhile."""
+
+    async def scenario() -> None:
+        async with a2sql.create_async_store(postgres_url, migrate=True) as store:
+            await store.append("s", [NewEvent("t", 0, id="e0")])
+            before = checked_out(store)
+            holder.execute(
+                text(
+                    "insert into a2_events (session_id, idx, event_type, payload, event_id,"
+                    " created_at) values ('other', 1, 't', 'null', 'e1', now())"
+                )
+            )
+            call = asyncio.create_task(store.append("s", [NewEvent("t", 1, id="e1")]))
+            ticks = 0
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            ticking = asyncio.create_task(ticker())
+            try:
+                await wait_until_blocked_by(holder)
+                await asyncio.sleep(0.2)
+                assert ticks >= 10, "the loop froze while the call waited"
+                call.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await asyncio.wait_for(call, DEADLINE_S)
+            finally:
+                ticking.cancel()
+                holder.rollback()
+            assert handed_off == []
+            assert [e.id for e in await store.read("s")] == ["e0"]
+            assert checked_out(store) == before
+            result = await store.append("s", [NewEvent("t", 1, id="e1")])
+            assert [e.index for e in result.events] == [2]
+
+    run(scenario)
+
+
+def test_a_call_from_the_loop_finding_its_session_locked_waits_in_a_thread(
+    postgres_url: str, handed_off: list[Call[Any]]
+) -> None:
+    """Another transaction holds the session: the append sent whole writes nothing, waits
+    for the lock in the sync path's thread, then appends; the session is remembered as
+    contended, so its next call goes to the thread at once."""
+    holder_store = a2sql.create_store(postgres_url, migrate=True)
+
+    async def scenario() -> None:
+        async with a2sql.create_async_store(postgres_url, migrate=False) as store:
+            await store.append("s", [NewEvent("t", 0, id="e0")])
+            with holder_store.begin() as connection:
+                holder_store.using(connection).append("s", [NewEvent("t", id="held")])
+                call = asyncio.create_task(store.append("s", [NewEvent("t", 1, id="e1")]))
+                await asyncio.sleep(0.3)
+                assert not call.done()
+                assert len(handed_off) == 1
+            result = await asyncio.wait_for(call, DEADLINE_S)
+            assert [e.index for e in result.events] == [3]
+            assert is_contended(store._ctx, "s")
+            await store.append("s", [NewEvent("t", 2, id="e2")])
+            assert len(handed_off) == 2
+            assert [e.id for e in await store.read("s")] == ["e0", "held", "e1", "e2"]
+
+    try:
+        run(scenario)
+    finally:
+        holder_store.close()
+
+
+def test_a_kept_connection_terminated_by_the_server_is_replaced(
+    postgres_url: str, holder: Connection
+) -> None:
+    """The server ends the connection kept for calls from the loop (a restart, an idle
+    timeout): the next call fails as a lost connection or succeeds on a new one, and
+    the call after it succeeds."""
+
+    async def scenario() -> list[str]:
+        outcomes = []
+        async with a2sql.create_async_store(postgres_url, migrate=True) as store:
+            await store.append("s", [NewEvent("t", 0)])
+            on_loop = store._on_loop
+            assert on_loop is not None
+            pid = on_loop._idle[0][0].driver.info.backend_pid
+            holder.execute(text("select pg_terminate_backend(:pid)"), {"pid": pid})
+            holder.commit()
+            for n in (1, 2):
+                try:
+                    await store.append("s", [NewEvent("t", n)])
+                    outcomes.append("appended")
+                except a2sql.A2Error as error:
+                    outcomes.append(error.code.value)
+            assert [e.payload for e in await store.read("s")][-1] == 2
+        return outcomes
+
+    outcomes = run(scenario)
+    assert outcomes[1] == "appended"
+    assert outcomes[0] in ("appended", "STORE_UNAVAILABLE"), outcomes
