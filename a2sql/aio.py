@@ -1,5 +1,6 @@
 """AsyncStore: the asyncio facade. It runs the very calls of ``Store``: whole on a sync
-engine where it can (a2sql.handoff), else through ``run_sync`` on its asyncio engine."""
+engine where it can (a2sql.handoff), the hot writes on PostgreSQL sent whole from the
+loop (a2sql.onloop), else through ``run_sync`` on its asyncio engine."""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ has a sync engine of the same database and runs each operation there, with
   lock is handed to a thread of its own, where it waits as ``Store``'s
   would: writers are one at a time anyway, so one thread serves them.
 - PostgreSQL: in a thread per call from a small pool, while the loop runs
-  other tasks: concurrency is what the loop is for.
+  other tasks: concurrency is what the loop is for. (The hot writes go from
+  the loop itself, in one round trip each, where they can: a2sql.onloop.)
 
 A call cancelled while its thread runs it either commits nothing or, when
 its commit had already begun, completes: ``CancelledError`` always means
