@@ -33,7 +33,6 @@ what they see stays what the application gave a2sql.
 from __future__ import annotations
 
 import asyncio
-import enum
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -62,44 +61,28 @@ class Abandoned(Exception):
     """Raised in a handed-off transaction whose caller was cancelled: it rolls back."""
 
 
-class Verdict(enum.Enum):
-    """What a cancelled caller's call does (``Job.abandon``)."""
-
-    # Nothing is committed: the transaction rolls back.
-    ROLLS_BACK = enum.auto()
-    # Its statements and their commit are on the server (``Job.send_whole``): the
-    # server decides, and the caller waits for its answer.
-    SETTLES = enum.auto()
-    # Its commit has begun: the call completes.
-    COMPLETES = enum.auto()
-
-
 class Job:
     """One call run apart from its caller (in a thread, or an asyncio task of its own),
     and the one decision the call and its cancelled caller race for: roll back
-    (``abandon``) or commit (``commit``), whichever comes first. A call sent whole with
-    its commit (``send_whole``) leaves the decision to the server meanwhile."""
+    (``abandon``) or commit (``commit``), whichever comes first."""
 
-    __slots__ = ("_abandoned", "_committing", "_driver", "_lock", "_whole", "call", "interrupting")
+    __slots__ = ("_abandoned", "_committing", "_driver", "_lock", "call")
 
     def __init__(self, call: Call[Any]) -> None:
         self.call = call
         self._lock = threading.Lock()
         self._abandoned = False
         self._committing = False
-        self._whole = False
         # The PostgreSQL connection while the call's statements run on it.
         self._driver: Any = None
-        # The cancel request sent for a call on the event loop (a2sql.onloop).
-        self.interrupting: asyncio.Future[Any] | None = None
 
-    def abandon(self) -> Verdict:
-        """The caller was cancelled: what the call does now."""
+    def abandon(self) -> bool:
+        """The caller was cancelled: whether the transaction will now roll back (``False``:
+        its commit has begun, and the call completes)."""
         with self._lock:
-            if self._committing:
-                return Verdict.COMPLETES
-            self._abandoned = True
-            return Verdict.SETTLES if self._whole else Verdict.ROLLS_BACK
+            if not self._committing:
+                self._abandoned = True
+            return self._abandoned
 
     def commit(self) -> bool:
         """The statements have run: whether the transaction may commit."""
@@ -108,34 +91,9 @@ class Job:
                 self._committing = True
             return self._committing
 
-    def send_whole(self) -> None:
-        """The call's statements are about to go with their commit, in one piece that the
-        server commits or rolls back: a cancelled caller waits for that answer. Raises
-        ``Abandoned`` if the caller is gone already."""
-        with self._lock:
-            if self._abandoned:
-                raise Abandoned
-            self._whole = True
-
-    def sent_whole(self, *, wrote: bool) -> None:
-        """The server answered the call sent whole. Committed (``wrote``), the call
-        completes whatever its caller does; otherwise the decision is open again, and
-        ``Abandoned`` is raised if the caller was cancelled meanwhile."""
-        with self._lock:
-            self._whole = False
-            if wrote:
-                self._committing = True
-            elif self._abandoned:
-                raise Abandoned
-
     @property
     def abandoned(self) -> bool:
         return self._abandoned
-
-    @property
-    def driver(self) -> Any:
-        """The connection the call's statements run on (``None``: none now)."""
-        return self._driver
 
     def running_on(self, driver: Any) -> None:
         """The call's statements run on ``driver`` from now on (``None``: no longer)."""
@@ -185,39 +143,29 @@ async def decided(
 ) -> T:
     """The result of ``running``, which runs ``job``'s call apart from its caller.
 
-    Cancelled, the caller races the call for ``job``'s one decision (``Job.abandon``).
-    Before the commit began, the call rolls back: ``abandon`` hastens that (a
-    statement cancelled on the server, say), then ``CancelledError`` is raised. After,
-    the call completes and its result is returned, as a task ``asyncio.wait_for``
-    cancels returns its result when it finishes anyway; the cancellation came too late
-    and is taken back (``Task.uncancel``). A call sent whole with its commit has its
-    statement cancelled too, and the server's answer decides: ``CancelledError`` if
-    it rolled back, the result if it had committed.
+    Cancelled, the caller races the call for ``job``'s one decision. Before the
+    commit began, the call rolls back: ``abandon`` hastens that (a statement
+    cancelled on the server, say), then ``CancelledError`` is raised. After, the
+    call completes and its result is returned, as a task ``asyncio.wait_for``
+    cancels returns its result when it finishes anyway; the cancellation came too
+    late and is taken back (``Task.uncancel``).
     """
     try:
         return await asyncio.shield(running)
-    except asyncio.CancelledError as cancelled:
-        verdict = job.abandon()
-        if verdict is Verdict.ROLLS_BACK:
+    except asyncio.CancelledError:
+        if job.abandon():
             # It raises Abandoned, which nobody awaits.
             running.add_done_callback(_retrieve_outcome)
             await abandon()
             raise
-        cancels = 1
-        if verdict is Verdict.SETTLES:
-            await abandon()
-        while not running.done():
-            try:
-                await asyncio.wait((running,))
-            except asyncio.CancelledError:
-                cancels += 1
-        if not running.cancelled() and isinstance(running.exception(), Abandoned):
-            raise cancelled from None
     task = asyncio.current_task()
-    if task is not None:
-        for _ in range(cancels):
+    while True:
+        if task is not None:
             task.uncancel()
-    return running.result()
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            pass
 
 
 def _busy(error: OperationalError) -> bool:

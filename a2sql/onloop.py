@@ -18,18 +18,18 @@ READ COMMITTED they go without ``BEGIN`` and ``COMMIT``, as one implicit
 transaction, otherwise between the two; behind a connection pooler
 (a2sql.preparation) none are sent this way.
 
-The pipeline runs in a task of its own, never cancelled: psycopg cannot leave a
-pipeline midway. A caller cancelled while it is on the server sends the server
-a cancel request and waits for the answer, which decides: rolled back,
-``CancelledError``; committed first, the result (a2sql.handoff.decided). The
-statement never waits for the session's lock, only, rarely, for a row another
-transaction holds, which the cancel ends at once.
+Once sent, a call is the server's to commit or roll back, and psycopg cannot
+leave a pipeline midway: a caller cancelled meanwhile has the server cancel the
+statement and waits for its answer, which decides (``OnLoop.run``,
+a2sql.settling). The statement never waits for the session's lock, only,
+rarely, for a row another transaction holds, which the cancel ends at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Coroutine
 from contextlib import suppress
 from functools import partial
 from typing import Any, TypeVar, cast
@@ -42,8 +42,8 @@ from sqlalchemy.pool import PoolProxiedConnection
 from a2sql.calls import Call, Context, collisions, lock_statement
 from a2sql.direct import DirectTransaction, Params, Row, prepared
 from a2sql.errors import closed_store
-from a2sql.handoff import Abandoned, Job, decided
 from a2sql.pooled import KEEP_IDLE, MAX_IDLE_S
+from a2sql.settling import Settling
 
 T = TypeVar("T")
 
@@ -150,6 +150,8 @@ class OnLoop:
         # to the thread, which knows how to send statements there.
         self.usable = True
         self._closed = False
+        # Work the callers do not wait for: giving connections back, cancel requests.
+        self._pending: set[asyncio.Future[Any]] = set()
 
     @property
     def idle(self) -> int:
@@ -158,51 +160,61 @@ class OnLoop:
 
     async def run(self, ctx: Context, call: Call[T]) -> T | None:
         """``call`` sent whole, its lock only tried: its result, or ``None`` if it wrote
-        nothing (the lock was held, or the guard refused), for the way after the lock."""
-        job = Job(call)
-        running = asyncio.ensure_future(self._send(ctx, job))
-        return await decided(job, running, partial(_interrupt, job))
+        nothing (the lock was held, or the guard refused), for the way after the lock.
 
-    async def _send(self, ctx: Context, job: Job) -> Any:
+        Once sent, the call is the server's to commit or roll back, and psycopg cannot
+        leave a pipeline midway: a cancellation of the caller meanwhile is held back
+        (``Settling``) and has the server cancel the statement. Its answer decides:
+        rolled back (or nothing written), ``CancelledError``; committed first, the
+        result, the cancellation taken back (``Task.uncancel``) as ``asyncio.wait_for``
+        does for a task that finished anyway."""
         held = await self._take()
         if held is None:
-            if job.abandoned:
-                raise Abandoned
             return None
-        failed = True
+        settling: Settling[Any] = Settling(
+            self._whole(held, ctx, call), partial(self._interrupt, held)
+        )
         try:
-            result = await self._whole(held, ctx, job)
-            failed = False
+            result: T | None = await settling
+        except BaseException as error:
+            self._later(held.release(invalidate=True))
+            lost = isinstance(error, DBAPIError) and error.connection_invalidated
+            if settling.cancelled is not None and not lost:
+                raise settling.cancelled from None  # rolled back on the server
+            raise  # lost: whether it committed is unknown, and said so
+        if settling.cancelled is None:
+            self._give_back(held)
             return result
-        finally:
-            if job.interrupting is not None:
-                # The cancel request reaches the server before the connection
-                # serves another call, whose statement it would cancel.
-                await asyncio.wait((job.interrupting,))
-            await self._give_back(held, failed=failed)
+        # A cancel request went out: the connection is not used again (the request
+        # may land on its next statement).
+        self._later(held.release(invalidate=True))
+        if result is None:
+            raise settling.cancelled
+        task = asyncio.current_task()
+        if task is not None:
+            for _ in range(settling.cancels):
+                task.uncancel()
+        return result
 
-    async def _whole(self, held: _Held, ctx: Context, job: Job) -> Any:
-        call = job.call
+    async def _whole(self, held: _Held, ctx: Context, call: Call[T]) -> T | None:
         assert call.fused is not None
         lock = lock_statement(ctx, call, tried=True)
         fused = call.fused()  # the clock read now, before the lock
-        job.send_whole()
-        job.running_on(held.driver)
-        try:
-            with collisions([fused]):
-                rows = await held.pipeline(
-                    self._engine, self._dialect, lock, fused.guarded, fused.params
-                )
-        except Exception as error:
-            if isinstance(error, DBAPIError) and error.connection_invalidated:
-                raise  # whether it committed is unknown: said so, whatever the caller
-            job.sent_whole(wrote=False)  # rolled back: Abandoned if the caller is gone
-            raise
-        finally:
-            job.running_on(None)
-        result = fused.answer(rows)
-        job.sent_whole(wrote=result is not None)
-        return result
+        with collisions([fused]):
+            rows = await held.pipeline(
+                self._engine, self._dialect, lock, fused.guarded, fused.params
+            )
+        return fused.answer(rows)
+
+    def _interrupt(self, held: _Held) -> None:
+        """Have the server cancel the statement of the call on ``held``."""
+        self._later(_cancel(held.driver))
+
+    def _later(self, work: Coroutine[Any, Any, Any]) -> None:
+        """``work`` in a task of its own, which the caller does not wait for (nor cancel)."""
+        task = asyncio.ensure_future(work)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
 
     async def _take(self) -> _Held | None:
         if self._closed:
@@ -216,7 +228,7 @@ class OnLoop:
             if now - since <= MAX_IDLE_S:
                 return held
             # Back to the pool, so that its checks (pre-ping, recycle) apply again.
-            await held.release(invalidate=False)
+            self._later(held.release(invalidate=False))
         connection = await self._engine.connect()
         try:
             raw = await connection.get_raw_connection()
@@ -230,21 +242,19 @@ class OnLoop:
                 await cursor.execute(_ASK)
                 backend_pid, isolation = cast("tuple[int, str]", await cursor.fetchone())
         except BaseException:
-            with suppress(Exception):
-                await connection.invalidate()
-            await connection.close()
+            self._later(_invalidated(connection))
             raise
         held = _Held(connection, raw, implicit=isolation == "read committed")
         held.set_autocommit = autocommit_set
         if backend_pid != driver.info.backend_pid:  # a pooler answered (a2sql.preparation)
             self.usable = False
-            await held.release(invalidate=False)
+            self._later(held.release(invalidate=False))
             return None
         return held
 
-    async def _give_back(self, held: _Held, *, failed: bool) -> None:
-        if failed or self._closed or len(self._idle) >= KEEP_IDLE:
-            await held.release(invalidate=failed)
+    def _give_back(self, held: _Held) -> None:
+        if self._closed or len(self._idle) >= KEEP_IDLE:
+            self._later(held.release(invalidate=False))
         else:
             self._idle.append((held, time.monotonic()))
 
@@ -266,14 +276,16 @@ class OnLoop:
         while self._idle:
             held, _ = self._idle.pop()
             if held.loop is loop:
-                await held.release(invalidate=False)
+                self._later(held.release(invalidate=False))
+        while self._pending:
+            await asyncio.wait(list(self._pending))
 
 
-async def _interrupt(job: Job) -> None:
-    """Cancel the statement of a call sent whole whose caller was cancelled."""
-    driver = job.driver
-    if driver is not None:
-        job.interrupting = asyncio.ensure_future(_cancel(driver))
+async def _invalidated(connection: AsyncConnection) -> None:
+    """A connection left in an unknown state back to the pool, closed."""
+    with suppress(Exception):
+        await connection.invalidate()
+    await connection.close()
 
 
 async def _cancel(driver: Any) -> None:
