@@ -233,14 +233,18 @@ class OnLoop:
         try:
             raw = await connection.get_raw_connection()
             driver: Any = raw.driver_connection
-            if not driver.autocommit:
-                await driver.set_autocommit(True)
-                autocommit_set = True
-            else:
-                autocommit_set = False
-            async with driver.cursor() as cursor:
-                await cursor.execute(_ASK)
-                backend_pid, isolation = cast("tuple[int, str]", await cursor.fetchone())
+            try:
+                autocommit_set = not driver.autocommit
+                if autocommit_set:
+                    await driver.set_autocommit(True)
+                async with driver.cursor() as cursor:
+                    await cursor.execute(_ASK)
+                    backend_pid, isolation = cast("tuple[int, str]", await cursor.fetchone())
+            except driver.Error as error:  # lost since the pool's check, say
+                lost = bool(driver.broken or driver.closed)
+                raise DirectTransaction.wrap(
+                    self._engine.sync_engine, error, _ASK, (), lost=lost
+                ) from error
         except BaseException:
             self._later(_invalidated(connection))
             raise

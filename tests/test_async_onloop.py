@@ -18,6 +18,7 @@ from a2sql import AsyncStore, NewEvent
 from a2sql.calls import Call, is_contended
 from a2sql.config import resolve_url
 from a2sql.handoff import SyncPath
+from a2sql.settling import Settling
 from tests.conftest import with_server_option
 from tests.statement_gate import checked_out
 
@@ -265,3 +266,84 @@ def test_a_kept_connection_terminated_by_the_server_is_replaced(
     outcomes = run(scenario)
     assert outcomes[1] == "appended"
     assert outcomes[0] in ("appended", "STORE_UNAVAILABLE"), outcomes
+
+
+# --- holding a cancellation back (a2sql.settling) ------------------------------------
+
+
+def test_a_settling_coroutine_runs_to_its_end_through_cancellations() -> None:
+    """The awaiting task is cancelled twice while the coroutine waits on a future and
+    sleeps: the coroutine still runs to its end with its own future untouched, its
+    result is returned, and the cancellations are counted, ``on_cancel`` called once."""
+    calls: list[str] = []
+
+    async def work(done: asyncio.Future[str]) -> str:
+        await asyncio.sleep(0)
+        value = await done  # never cancelled, though the task awaiting it is
+        await asyncio.sleep(0.01)
+        return value + "!"
+
+    async def scenario() -> tuple[str, int, bool, int]:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[str] = loop.create_future()
+        settling = Settling(work(done), lambda: calls.append("cancel"))
+
+        async def awaiting() -> str:
+            return await settling
+
+        task = asyncio.create_task(awaiting())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.sleep(0.01)
+        done.set_result("answer")
+        result = await task
+        assert settling.cancelled is not None
+        return result, settling.cancels, done.cancelled(), task.cancelling()
+
+    result, cancels, future_cancelled, cancelling = run(scenario)
+    assert (result, cancels, future_cancelled) == ("answer!", 2, False)
+    assert cancelling == 2  # held back, not taken back: that is the caller's decision
+    assert calls == ["cancel"]
+
+
+def test_a_settling_coroutine_uncancelled_raises_its_own_error() -> None:
+    async def work() -> None:
+        await asyncio.sleep(0.001)
+        raise ValueError("its own")
+
+    async def scenario() -> None:
+        settling = Settling(work(), lambda: None)
+        with pytest.raises(ValueError, match="its own"):
+            await settling
+        assert settling.cancelled is None and settling.cancels == 0
+
+    run(scenario)
+
+
+def test_a_dead_connection_from_the_pool_fails_the_call_as_unavailable(
+    postgres_url: str, holder: Connection
+) -> None:
+    """The pool hands the loop a connection the server has ended (no pre-ping): the call
+    fails with STORE_UNAVAILABLE, not the driver's own error, and the next one works.
+    (Found by the torture run: psycopg's AdminShutdown escaped a worker.)"""
+
+    async def scenario() -> list[str]:
+        outcomes = []
+        async with a2sql.create_async_store(postgres_url, migrate=True) as store:
+            async with store.engine.connect() as connection:
+                pid = (await connection.execute(text("select pg_backend_pid()"))).scalar_one()
+                await connection.commit()  # back to the pool idle, as the pool thinks
+                holder.execute(text("select pg_terminate_backend(:pid)"), {"pid": pid})
+                holder.commit()
+            for n in (1, 2):
+                try:
+                    await store.append("s", [NewEvent("t", n)])
+                    outcomes.append("appended")
+                except a2sql.A2Error as error:
+                    outcomes.append(error.code.value)
+            assert [e.payload for e in await store.read("s")] == [2]
+        return outcomes
+
+    assert run(scenario) == ["STORE_UNAVAILABLE", "appended"]
