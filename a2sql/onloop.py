@@ -179,7 +179,12 @@ class OnLoop:
         except BaseException as error:
             self._later(held.release(invalidate=True))
             lost = isinstance(error, DBAPIError) and error.connection_invalidated
-            if settling.cancelled is not None and not lost:
+            if lost:
+                # As on the sync path: the idle ones are likely as dead (a server
+                # restart), those kept and those in the pool.
+                self._drop_idle()
+                self._later(self._engine.dispose())
+            elif settling.cancelled is not None:
                 raise settling.cancelled from None  # rolled back on the server
             raise  # lost: whether it committed is unknown, and said so
         if settling.cancelled is None:
@@ -255,6 +260,11 @@ class OnLoop:
             self._later(held.release(invalidate=False))
             return None
         return held
+
+    def _drop_idle(self) -> None:
+        while self._idle:
+            held, _ = self._idle.pop()
+            self._later(held.release(invalidate=True))
 
     def _give_back(self, held: _Held) -> None:
         if self._closed or len(self._idle) >= KEEP_IDLE:
