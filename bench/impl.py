@@ -167,11 +167,27 @@ class A2sqlImpl:
         # trips too (bench/round_trips.py).
         self._statements = 0
         self._counter = None
+        self._traced = False
         if API == "sync" and url.startswith("postgresql"):
             from bench.round_trips import Counter
 
             self._counter = Counter()
             self._counted = a2sql.create_store(self._counter.engine(url), migrate=False)
+        elif url.startswith("postgresql"):
+            # An AsyncStore takes no cursor class: its statements are counted from
+            # the trace of every connection it opens, on its asyncio engine (calls
+            # sent from the loop) and on its sync path's engine (calls in a thread;
+            # a private attribute, read here only).
+            from bench.round_trips import Counter
+
+            self._counter = Counter()
+            self._traced = True
+            async_store = a2sql.create_async_store(url, migrate=False)
+            self._counter.trace(async_store.engine.sync_engine)
+            sync_path = async_store._sync_path
+            assert sync_path is not None
+            self._counter.trace(sync_path.engine)
+            self._counted = Awaiting(async_store)
         else:
             self._counted = open_store(url)
             engine = sync_engine(self._counted)
@@ -189,7 +205,9 @@ class A2sqlImpl:
 
     @property
     def statements(self) -> int:
-        return self._statements if self._counter is None else self._counter.statements
+        if self._counter is None:
+            return self._statements
+        return self._counter.traced_statements if self._traced else self._counter.statements
 
     @property
     def round_trips(self) -> int | None:
@@ -238,7 +256,8 @@ class A2sqlImpl:
         self._timed.close()
         self._counted.close()
         if self._counter is not None:
-            self._counted.engine.dispose()
+            if not self._traced:  # an AsyncStore disposes of the engines it made
+                self._counted.engine.dispose()
             self._counter.close()
 
 

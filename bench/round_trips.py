@@ -30,17 +30,40 @@ class Counter:
         self.statements = 0
         self._traces: list[IO[str]] = []
 
-    @property
-    def round_trips(self) -> int:
-        trips = 0
+    def _sent(self, *messages: str) -> int:
+        """How many of the client's messages so far were one of ``messages``."""
+        sent = 0
         for trace in self._traces:
             trace.seek(0)
             for line in trace:
                 fields = line.split("\t")
-                if fields[0] == "F" and len(fields) > 2 and fields[2].strip() in ("Sync", "Query"):
-                    trips += 1
+                if fields[0] == "F" and len(fields) > 2 and fields[2].strip() in messages:
+                    sent += 1
             trace.seek(0, 2)
-        return trips
+        return sent
+
+    @property
+    def round_trips(self) -> int:
+        return self._sent("Sync", "Query")
+
+    @property
+    def traced_statements(self) -> int:
+        """Statements as the trace shows them: each ``Bind`` (an execution of a parsed
+        statement) and each ``Query`` (simple protocol, psycopg's own BEGIN and COMMIT
+        among them)."""
+        return self._sent("Bind", "Query")
+
+    def trace(self, engine: Engine) -> None:
+        """Trace every connection ``engine`` opens from now on (sync or asyncio)."""
+
+        # A pool event: it leaves the engine unobserved (a2sql.direct.observed).
+        @event.listens_for(engine, "connect")
+        def trace(driver: Any, _record: Any) -> None:
+            file = tempfile.TemporaryFile("w+")  # noqa: SIM115 (open while the engine is; close())
+            self._traces.append(file)
+            pgconn = getattr(driver, "driver_connection", driver).pgconn
+            pgconn.trace(file.fileno())
+            pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
 
     def engine(self, url: str) -> Engine:
         """An engine on ``url`` whose connections count into this counter."""
@@ -64,15 +87,7 @@ class Counter:
                 super().executemany(query, params_seq, **kw)
 
         engine = create_engine(url, connect_args={"cursor_factory": Counting})
-
-        # A pool event: it leaves the engine unobserved (a2sql.direct.observed).
-        @event.listens_for(engine, "connect")
-        def trace(driver: Any, _record: Any) -> None:
-            file = tempfile.TemporaryFile("w+")  # noqa: SIM115 (open while the engine is; close())
-            counter._traces.append(file)
-            driver.pgconn.trace(file.fileno())
-            driver.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-
+        self.trace(engine)
         return engine
 
     def close(self) -> None:
