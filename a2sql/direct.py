@@ -48,8 +48,8 @@ Processor = Callable[[Any], Any]
 _REQUIRED = object()
 # a2sql's writes need READ COMMITTED, whatever the server's or the connection's
 # default (a2sql.dialects).
-_BEGIN_READ_COMMITTED = b"BEGIN ISOLATION LEVEL READ COMMITTED"
-_COMMIT = b"COMMIT"
+BEGIN_READ_COMMITTED = b"BEGIN ISOLATION LEVEL READ COMMITTED"
+COMMIT = b"COMMIT"
 # psycopg's PipelineStatus.OFF (libpq's PQ_PIPELINE_OFF), without importing psycopg.
 _PIPELINE_OFF = 0
 # Expanding statements rendered per list length, kept per statement.
@@ -244,6 +244,17 @@ def prepared(statement: Executable, dialect: Dialect) -> Prepared:
     return found
 
 
+def pipeline_failure(driver: Any, error: Exception) -> tuple[Exception, bool]:
+    """The failure a psycopg pipeline on ``driver`` raised ``error`` for, and whether the
+    connection was left in pipeline mode (lost, and never reused in any case). A
+    connection lost meanwhile can surface as psycopg failing to leave pipeline mode
+    ("while busy"), the loss being the context of that failure: the loss is what is
+    reported and judged."""
+    stuck = bool(driver.pgconn.pipeline_status != _PIPELINE_OFF)
+    context = error.__context__
+    return (context if stuck and isinstance(context, driver.Error) else error), stuck
+
+
 class HeldConnection:
     """A pooled driver connection while a store holds it, across its transactions.
 
@@ -352,7 +363,7 @@ class DirectTransaction:
         if self.sqlite:
             self.send("COMMIT")
         elif not self._unbegun:
-            self.send(_COMMIT)
+            self.send(COMMIT)
             self._unbegun = True
 
     def pipeline(
@@ -385,12 +396,12 @@ class DirectTransaction:
         implicit = begin and commit and not wait_for_lock and self._implicit
         explicit_begin = begin and not implicit
         if explicit_begin:
-            sent.append((_BEGIN_READ_COMMITTED.decode(), ()))
+            sent.append((BEGIN_READ_COMMITTED.decode(), ()))
         self._unbegun = commit
         try:
             with connection.pipeline() as pipeline:
                 if explicit_begin:
-                    side.execute(_BEGIN_READ_COMMITTED)
+                    side.execute(BEGIN_READ_COMMITTED)
                 sql, arguments = self._prepare(lock[0]).arguments(lock[1])
                 sent.append((sql, arguments))
                 side.execute(sql, arguments)
@@ -403,19 +414,13 @@ class DirectTransaction:
                 cursor.execute(sql, arguments)
                 if commit and not implicit:
                     sent.append(("COMMIT", ()))
-                    side.execute(_COMMIT)
+                    side.execute(COMMIT)
             rows = prepared.rows(cast("list[Row]", cursor.fetchall())) if prepared.fetch else []
         except self._error as error:
             # The server rolled an implicit transaction back at the Sync: ``rollback``
             # begins one, for the driver's own rollback to run.
             self._ended_by_server = implicit
-            # A connection lost meanwhile can surface as psycopg failing to leave
-            # pipeline mode ("while busy"), the loss being the context of that
-            # failure: the loss is what is reported and judged. A connection still
-            # in pipeline mode is not reused in any case.
-            stuck = connection.pgconn.pipeline_status != _PIPELINE_OFF
-            context = error.__context__
-            cause = context if stuck and isinstance(context, self._error) else error
+            cause, stuck = pipeline_failure(connection, error)
             # Which statement failed is in the error; all of them are reported.
             self._fail(cause, ";\n".join(sql for sql, _ in sent), [a for _, a in sent], lost=stuck)
         return rows
@@ -434,7 +439,7 @@ class DirectTransaction:
                 # on the server while psycopg counts it as prepared.
                 if self._ended_by_server:
                     self._ended_by_server = False
-                    self._cursor.execute(_BEGIN_READ_COMMITTED)
+                    self._cursor.execute(BEGIN_READ_COMMITTED)
                 driver.rollback()
             elif driver.in_transaction:
                 self._cursor.execute("ROLLBACK")
@@ -448,7 +453,7 @@ class DirectTransaction:
         transaction."""
         if self._unbegun:
             self._unbegun = False
-            self.send(_BEGIN_READ_COMMITTED)
+            self.send(BEGIN_READ_COMMITTED)
         cursor = self._cursor
         try:
             if many:

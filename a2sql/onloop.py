@@ -40,17 +40,22 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from a2sql.calls import Call, Context, collisions, lock_statement
-from a2sql.direct import DirectTransaction, Params, Row, prepared
+from a2sql.direct import (
+    BEGIN_READ_COMMITTED,
+    COMMIT,
+    DirectTransaction,
+    Params,
+    Row,
+    pipeline_failure,
+    prepared,
+)
 from a2sql.errors import closed_store
 from a2sql.pooled import KEEP_IDLE, MAX_IDLE_S
+from a2sql.preparation import answered_by_pooler, implicit_at
 from a2sql.settling import Settling
 
 T = TypeVar("T")
 
-_BEGIN = b"BEGIN ISOLATION LEVEL READ COMMITTED"
-_COMMIT = b"COMMIT"
-# psycopg's PipelineStatus.OFF, as in a2sql.direct.
-_PIPELINE_OFF = 0
 _ASK = "SELECT pg_backend_pid(), current_setting('default_transaction_isolation')"
 
 
@@ -100,18 +105,14 @@ class _Held:
         try:
             async with driver.pipeline():
                 if not self.implicit:
-                    await side.execute(_BEGIN)
+                    await side.execute(BEGIN_READ_COMMITTED)
                 await side.execute(lock_sql, lock_arguments)
                 await cursor.execute(sql, arguments)
                 if not self.implicit:
-                    await side.execute(_COMMIT)
+                    await side.execute(COMMIT)
             return compiled.rows(await cursor.fetchall()) if compiled.fetch else []
         except driver.Error as error:  # psycopg's, whichever it is
-            # As on the sync path (a2sql.direct): a loss can surface as psycopg failing
-            # to leave pipeline mode, the loss being that failure's context.
-            stuck = driver.pgconn.pipeline_status != _PIPELINE_OFF
-            context = error.__context__
-            cause = context if stuck and isinstance(context, driver.Error) else error
+            cause, stuck = pipeline_failure(driver, error)
             lost = stuck or driver.broken or driver.closed
             raise DirectTransaction.wrap(
                 engine.sync_engine,
@@ -253,9 +254,9 @@ class OnLoop:
         except BaseException:
             self._later(_invalidated(connection))
             raise
-        held = _Held(connection, raw, implicit=isolation == "read committed")
+        held = _Held(connection, raw, implicit=implicit_at(isolation))
         held.set_autocommit = autocommit_set
-        if backend_pid != driver.info.backend_pid:  # a pooler answered (a2sql.preparation)
+        if answered_by_pooler(backend_pid, driver):
             self.usable = False
             self._later(held.release(invalidate=False))
             return None

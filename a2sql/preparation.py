@@ -42,14 +42,26 @@ POOLER_HINT = (
 )
 
 
+def answered_by_pooler(backend_pid: int, driver: Any) -> bool:
+    """Whether the server process id a connection's server gave (``pg_backend_pid()``) is
+    not the one psycopg's ``driver`` was announced at connection time: a pooler's."""
+    return bool(backend_pid != driver.info.backend_pid)
+
+
+def implicit_at(default_isolation: str) -> bool:
+    """Whether a pipeline's statements may go without BEGIN and COMMIT at the session's
+    ``default_transaction_isolation``: their implicit transaction must be READ COMMITTED."""
+    return default_isolation == "read committed"
+
+
 def behind_pooler(info: dict[Any, Any], driver: Any, scalar: Callable[[str], Any]) -> bool:
     """Whether the psycopg connection ``driver`` reaches PostgreSQL through a pooler;
     asked of the server once per connection (``info``: the pool's dictionary of it),
     with ``scalar`` running SQL text and giving its first value."""
     behind = info.get(_BEHIND_POOLER)
     if behind is None:
-        behind = info[_BEHIND_POOLER] = scalar("SELECT pg_backend_pid()") != (
-            driver.info.backend_pid
+        behind = info[_BEHIND_POOLER] = answered_by_pooler(
+            scalar("SELECT pg_backend_pid()"), driver
         )
     return bool(behind)
 
@@ -67,8 +79,8 @@ def implicit_transactions(info: dict[Any, Any], driver: Any, scalar: Callable[[s
     dispose of the engine's pool after."""
     implicit = info.get(_IMPLICIT)
     if implicit is None:
-        implicit = info[_IMPLICIT] = not behind_pooler(info, driver, scalar) and (
-            scalar("SELECT current_setting('default_transaction_isolation')") == "read committed"
+        implicit = info[_IMPLICIT] = not behind_pooler(info, driver, scalar) and implicit_at(
+            scalar("SELECT current_setting('default_transaction_isolation')")
         )
     return bool(implicit)
 
