@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import URL, Engine, create_engine, event, make_url, text
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.pool import NullPool
 
 import a2sql
@@ -302,3 +302,14 @@ def with_server_option(url: str, option: str) -> str:
     parsed = make_url(url)
     options = " ".join(filter(None, [parsed.query.get("options", ""), f"-c{option}"]))
     return parsed.update_query_dict({"options": options}).render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def holder(postgres_url: str) -> Iterator[Connection]:
+    """A plain connection to the test's PostgreSQL schema, to hold locks with."""
+    engine = create_engine(resolve_url(postgres_url))
+    try:
+        with engine.connect() as connection:
+            yield connection
+    finally:
+        engine.dispose()

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent
+from tests.holding import ticking
 
 DEADLINE_S = 20
 
@@ -37,26 +38,17 @@ def test_a_sqlite_write_waiting_for_the_lock_leaves_the_loop_running(tmp_path: P
         async with a2sql.create_async_store(f"sqlite:///{path}") as store:
             await store.append("s", [NewEvent("t", 0, id="e0")])
             raw = sqlite3.connect(path, isolation_level=None)
-            ticks = 0
-
-            async def ticker() -> None:
-                nonlocal ticks
-                while True:
-                    await asyncio.sleep(0.01)
-                    ticks += 1
-
-            ticking = asyncio.create_task(ticker())
             try:
-                raw.execute("begin immediate")
-                call = asyncio.create_task(store.append("s", [NewEvent("t", 1, id="e1")]))
-                await asyncio.sleep(0.5)
-                assert not call.done()
-                raw.execute("rollback")
-                result = await asyncio.wait_for(call, DEADLINE_S)
+                async with ticking() as ticks:
+                    raw.execute("begin immediate")
+                    call = asyncio.create_task(store.append("s", [NewEvent("t", 1, id="e1")]))
+                    await asyncio.sleep(0.5)
+                    assert not call.done()
+                    raw.execute("rollback")
+                    result = await asyncio.wait_for(call, DEADLINE_S)
             finally:
-                ticking.cancel()
                 raw.close()
-            return ticks, result.events[0].index
+            return ticks.count, result.events[0].index
 
     ticks, index = asyncio.run(scenario())
     assert index == 2

@@ -7,33 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, create_engine, text
+from sqlalchemy import Connection, text
 
 import a2sql
 from a2sql import AsyncStore, NewEvent
 from a2sql.calls import Call, is_contended
-from a2sql.config import resolve_url
 from a2sql.handoff import SyncPath
 from a2sql.settling import Settling
 from tests.conftest import with_server_option
+from tests.holding import DEADLINE_S, ticking, wait_until_blocked_by
 from tests.statement_gate import checked_out
-
-DEADLINE_S = 5.0
-
-
-@pytest.fixture
-def holder(postgres_url: str) -> Iterator[Connection]:
-    """A plain connection to the test's PostgreSQL schema, to hold locks with."""
-    engine = create_engine(resolve_url(postgres_url))
-    try:
-        with engine.connect() as connection:
-            yield connection
-    finally:
-        engine.dispose()
 
 
 @pytest.fixture
@@ -143,25 +129,6 @@ def test_a_call_from_the_loop_begins_read_committed_unless_that_is_the_default(
     assert ("BEGIN ISOLATION LEVEL READ COMMITTED" in sent) is (level != "read committed")
 
 
-async def wait_until_blocked_by(holder: Connection) -> None:
-    """Until a backend waits on a lock ``holder`` holds."""
-    pid = holder.execute(text("select pg_backend_pid()")).scalar_one()
-    query = text(
-        "select count(*) from pg_stat_activity where cast(:pid as int) = any(pg_blocking_pids(pid))"
-    )
-    engine = create_engine(holder.engine.url)
-    try:
-        with engine.connect() as probe:
-            for _ in range(int(DEADLINE_S / 0.02)):
-                if probe.execute(query, {"pid": pid}).scalar_one():
-                    return
-                probe.rollback()
-                await asyncio.sleep(0.02)
-    finally:
-        engine.dispose()
-    raise AssertionError("the call never blocked on the held lock")
-
-
 def test_a_call_from_the_loop_cancelled_on_the_server_raises_cancelled_and_wrote_nothing(
     postgres_url: str, holder: Connection, handed_off: list[Call[Any]]
 ) -> None:
@@ -180,24 +147,15 @@ def test_a_call_from_the_loop_cancelled_on_the_server_raises_cancelled_and_wrote
                 )
             )
             call = asyncio.create_task(store.append("s", [NewEvent("t", 1, id="e1")]))
-            ticks = 0
-
-            async def ticker() -> None:
-                nonlocal ticks
-                while True:
-                    await asyncio.sleep(0.01)
-                    ticks += 1
-
-            ticking = asyncio.create_task(ticker())
             try:
-                await wait_until_blocked_by(holder)
-                await asyncio.sleep(0.2)
-                assert ticks >= 10, "the loop froze while the call waited"
+                async with ticking() as ticks:
+                    await wait_until_blocked_by(holder)
+                    await asyncio.sleep(0.2)
+                assert ticks.count >= 10, "the loop froze while the call waited"
                 call.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await asyncio.wait_for(call, DEADLINE_S)
             finally:
-                ticking.cancel()
                 holder.rollback()
             assert handed_off == []
             assert [e.id for e in await store.read("s")] == ["e0"]
@@ -238,6 +196,18 @@ def test_a_call_from_the_loop_finding_its_session_locked_waits_in_a_thread(
         holder_store.close()
 
 
+async def two_appends(store: AsyncStore) -> list[str]:
+    """Appends 1 and 2 to session "s": for each, "appended" or the error's code."""
+    outcomes = []
+    for n in (1, 2):
+        try:
+            await store.append("s", [NewEvent("t", n)])
+            outcomes.append("appended")
+        except a2sql.A2Error as error:
+            outcomes.append(error.code.value)
+    return outcomes
+
+
 def test_kept_connections_terminated_by_the_server_fail_one_call_then_are_replaced(
     postgres_url: str, holder: Connection
 ) -> None:
@@ -246,7 +216,6 @@ def test_kept_connections_terminated_by_the_server_fail_one_call_then_are_replac
     the call after it succeeds on a new connection."""
 
     async def scenario() -> list[str]:
-        outcomes = []
         async with a2sql.create_async_store(postgres_url, migrate=True) as store:
             await asyncio.gather(*(store.append(f"s{n}", [NewEvent("t", 0)]) for n in range(3)))
             on_loop = store._on_loop
@@ -256,12 +225,7 @@ def test_kept_connections_terminated_by_the_server_fail_one_call_then_are_replac
                 text("select pg_terminate_backend(pid) from unnest(:p) as pid"), {"p": pids}
             )
             holder.commit()
-            for n in (1, 2):
-                try:
-                    await store.append("s", [NewEvent("t", n)])
-                    outcomes.append("appended")
-                except a2sql.A2Error as error:
-                    outcomes.append(error.code.value)
+            outcomes = await two_appends(store)
             assert [e.payload for e in await store.read("s")] == [2]
         return outcomes
 
@@ -330,19 +294,13 @@ def test_a_dead_connection_from_the_pool_fails_the_call_as_unavailable(
     (Found by the torture run: psycopg's AdminShutdown escaped a worker.)"""
 
     async def scenario() -> list[str]:
-        outcomes = []
         async with a2sql.create_async_store(postgres_url, migrate=True) as store:
             async with store.engine.connect() as connection:
                 pid = (await connection.execute(text("select pg_backend_pid()"))).scalar_one()
                 await connection.commit()  # back to the pool idle, as the pool thinks
                 holder.execute(text("select pg_terminate_backend(:pid)"), {"pid": pid})
                 holder.commit()
-            for n in (1, 2):
-                try:
-                    await store.append("s", [NewEvent("t", n)])
-                    outcomes.append("appended")
-                except a2sql.A2Error as error:
-                    outcomes.append(error.code.value)
+            outcomes = await two_appends(store)
             assert [e.payload for e in await store.read("s")] == [2]
         return outcomes
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, create_engine, make_url, text
+from sqlalchemy import Connection, make_url, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -24,42 +24,8 @@ from a2sql import A2Error, AsyncStore, ErrorCode, NewEvent
 from a2sql.config import async_url, resolve_url
 from a2sql.dialects import SESSION_LOCK_CLASS
 from a2sql.migrate import head_revision
+from tests.holding import DEADLINE_S, wait_until_blocked_by
 from tests.statement_gate import StatementGate, checked_out, connections_back
-
-# Bound on every wait, so that a broken cancellation fails instead of hanging.
-DEADLINE_S = 5.0
-
-
-@pytest.fixture
-def holder(postgres_url: str) -> Iterator[Connection]:
-    """A plain connection to the test's PostgreSQL schema, to hold locks with."""
-    engine = create_engine(resolve_url(postgres_url))
-    try:
-        with engine.connect() as connection:
-            yield connection
-    finally:
-        engine.dispose()
-
-
-async def wait_until_blocked_by(holder: Connection) -> None:
-    """Until a backend waits on a lock ``holder`` holds."""
-    pid = holder.execute(text("select pg_backend_pid()")).scalar_one()
-    query = text(
-        "select count(*) from pg_stat_activity where cast(:pid as int) = any(pg_blocking_pids(pid))"
-    )
-    # Another connection; each look in a transaction of its own (pg_stat_activity
-    # is a snapshot per transaction).
-    engine = create_engine(holder.engine.url)
-    try:
-        with engine.connect() as probe:
-            for _ in range(int(DEADLINE_S / 0.02)):
-                if probe.execute(query, {"pid": pid}).scalar_one():
-                    return
-                probe.rollback()
-                await asyncio.sleep(0.02)
-    finally:
-        engine.dispose()
-    raise AssertionError("the call never blocked on the held lock")
 
 
 async def cancel(task: asyncio.Task[Any]) -> None:

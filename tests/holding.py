@@ -1,0 +1,59 @@
+"""Helpers for tests that hold a lock against an AsyncStore's call (with the ``holder``
+fixture, tests/conftest.py) and watch the event loop meanwhile: a wait until a call is
+blocked on the lock, and a ticker that counts the loop's turns."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from sqlalchemy import Connection, create_engine, text
+
+# Bound on every wait, so that a broken cancellation fails instead of hanging.
+DEADLINE_S = 5.0
+
+
+async def wait_until_blocked_by(holder: Connection) -> None:
+    """Until a backend waits on a lock ``holder`` holds."""
+    pid = holder.execute(text("select pg_backend_pid()")).scalar_one()
+    query = text(
+        "select count(*) from pg_stat_activity where cast(:pid as int) = any(pg_blocking_pids(pid))"
+    )
+    # Another connection; each look in a transaction of its own (pg_stat_activity
+    # is a snapshot per transaction).
+    engine = create_engine(holder.engine.url)
+    try:
+        with engine.connect() as probe:
+            for _ in range(int(DEADLINE_S / 0.02)):
+                if probe.execute(query, {"pid": pid}).scalar_one():
+                    return
+                probe.rollback()
+                await asyncio.sleep(0.02)
+    finally:
+        engine.dispose()
+    raise AssertionError("the call never blocked on the held lock")
+
+
+class Ticks:
+    """How many times a ticker task woke, every 10 ms, while the loop ran it."""
+
+    count = 0
+
+
+@asynccontextmanager
+async def ticking() -> AsyncIterator[Ticks]:
+    """A task ticking every 10 ms for the length of the block: a loop frozen meanwhile
+    shows as too few ticks."""
+    ticks = Ticks()
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            ticks.count += 1
+
+    task = asyncio.create_task(ticker())
+    try:
+        yield ticks
+    finally:
+        task.cancel()
