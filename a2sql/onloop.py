@@ -68,6 +68,7 @@ class _Held:
         "cursor",
         "driver",
         "implicit",
+        "interrupting",
         "loop",
         "raw",
         "set_autocommit",
@@ -84,6 +85,8 @@ class _Held:
         self.implicit = implicit
         self.loop = asyncio.get_running_loop()
         self.set_autocommit = False
+        # The cancel request sent for the call running on it, if any.
+        self.interrupting: asyncio.Future[None] | None = None
         # The statement's rows are read from ``cursor``; ``side`` runs the rest.
         self.cursor: Any = driver.cursor()
         self.side: Any = driver.cursor()
@@ -178,22 +181,22 @@ class OnLoop:
         try:
             result: T | None = await settling
         except BaseException as error:
-            self._later(held.release(invalidate=True))
             lost = isinstance(error, DBAPIError) and error.connection_invalidated
             if lost:
                 # As on the sync path: the idle ones are likely as dead (a server
                 # restart), those kept and those in the pool.
+                self._later(held.release(invalidate=True))
                 self._drop_idle()
                 self._later(self._engine.dispose())
-            elif settling.cancelled is not None:
+                raise  # whether it committed is unknown, and said so
+            self._later(self._recovered(held, failed=True))
+            if settling.cancelled is not None:
                 raise settling.cancelled from None  # rolled back on the server
-            raise  # lost: whether it committed is unknown, and said so
+            raise
         if settling.cancelled is None:
             self._give_back(held)
             return result
-        # A cancel request went out: the connection is not used again (the request
-        # may land on its next statement).
-        self._later(held.release(invalidate=True))
+        self._later(self._recovered(held, failed=False))
         if result is None:
             raise settling.cancelled
         task = asyncio.current_task()
@@ -214,7 +217,25 @@ class OnLoop:
 
     def _interrupt(self, held: _Held) -> None:
         """Have the server cancel the statement of the call on ``held``."""
-        self._later(_cancel(held.driver))
+        held.interrupting = asyncio.ensure_future(_cancel(held.driver))
+
+    async def _recovered(self, held: _Held, *, failed: bool) -> None:
+        """``held`` back among the idle connections once any cancel request sent for its
+        call has reached the server (a backend waiting for its next statement ignores
+        it, as ``Store``'s threads rely on too), and, after a failed pipeline, psycopg's
+        state is reset as on the sync path (a2sql.direct: ``BEGIN``, then the driver's
+        rollback, which forgets the statements it prepared); closed if that fails."""
+        try:
+            if held.interrupting is not None:
+                await held.interrupting
+                held.interrupting = None
+            if failed:
+                await held.side.execute(BEGIN_READ_COMMITTED)
+                await held.driver.rollback()
+        except Exception:
+            await held.release(invalidate=True)
+            return
+        self._give_back(held)
 
     def _later(self, work: Coroutine[Any, Any, Any]) -> None:
         """``work`` in a task of its own, which the caller does not wait for (nor cancel)."""

@@ -19,7 +19,7 @@ from a2sql.handoff import SyncPath
 from a2sql.settling import Settling
 from tests.conftest import with_server_option
 from tests.holding import DEADLINE_S, ticking, wait_until_blocked_by
-from tests.statement_gate import checked_out
+from tests.statement_gate import checked_out, connections_back
 
 
 @pytest.fixture
@@ -134,12 +134,17 @@ def test_a_call_from_the_loop_cancelled_on_the_server_raises_cancelled_and_wrote
 ) -> None:
     """An append sent whole waits on a row lock (another transaction inserted its event id,
     uncommitted); its caller is cancelled: the server cancels the statement, the caller
-    gets CancelledError, nothing was written, and the loop kept running meanwhile."""
+    gets CancelledError, nothing was written, and the loop kept running meanwhile. The
+    connection is kept for the next call, not replaced (a call cancelled this way cost a
+    new connection before, and a cancelled caller then often cancelled its connecting)."""
 
     async def scenario() -> None:
         async with a2sql.create_async_store(postgres_url, migrate=True) as store:
             await store.append("s", [NewEvent("t", 0, id="e0")])
             before = checked_out(store)
+            on_loop = store._on_loop
+            assert on_loop is not None
+            kept = on_loop._idle[0][0].driver.info.backend_pid
             holder.execute(
                 text(
                     "insert into a2_events (session_id, idx, event_type, payload, event_id,"
@@ -159,7 +164,8 @@ def test_a_call_from_the_loop_cancelled_on_the_server_raises_cancelled_and_wrote
                 holder.rollback()
             assert handed_off == []
             assert [e.id for e in await store.read("s")] == ["e0"]
-            assert checked_out(store) == before
+            await connections_back(store, before)
+            assert [held.driver.info.backend_pid for held, _ in on_loop._idle] == [kept]
             result = await store.append("s", [NewEvent("t", 1, id="e1")])
             assert [e.index for e in result.events] == [2]
 
