@@ -16,12 +16,12 @@ after ``create_store``, sees every statement of every later transaction:
 those then run through ``Connection.execute``.
 
 A store holds a driver connection across many transactions (``HeldConnection``):
-its cursors are made once, and on PostgreSQL it stays in psycopg's autocommit
+its cursor is made once, and on PostgreSQL it stays in psycopg's autocommit
 mode while held, a2sql sending ``BEGIN`` and ``COMMIT`` itself (it rolls back
 through the driver), or neither for a transaction it sends whole in one
-pipeline where the connection's default isolation level is READ COMMITTED.
-Switching autocommit on and off for each pipelined transaction, and a new
-cursor for each of its statements, cost 5-10% of a cycle's CPU
+pipeline (a2sql.wire) where the connection's default isolation level is READ
+COMMITTED. Switching autocommit on and off for each pipelined transaction,
+and a new cursor for each of its statements, cost 5-10% of a cycle's CPU
 (BENCHMARKS.md).
 """
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
-from typing import Any, NamedTuple, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, cast
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import Dialect
@@ -41,6 +41,9 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from a2sql import preparation
 
+if TYPE_CHECKING:
+    from a2sql.wire import Wire
+
 Params = Mapping[str, Any]
 Row = tuple[Any, ...]
 Processor = Callable[[Any], Any]
@@ -50,8 +53,6 @@ _REQUIRED = object()
 # default (a2sql.dialects).
 BEGIN_READ_COMMITTED = b"BEGIN ISOLATION LEVEL READ COMMITTED"
 COMMIT = b"COMMIT"
-# psycopg's PipelineStatus.OFF (libpq's PQ_PIPELINE_OFF), without importing psycopg.
-_PIPELINE_OFF = 0
 # Expanding statements rendered per list length, kept per statement.
 MAX_SHAPES = 64
 
@@ -244,42 +245,44 @@ def prepared(statement: Executable, dialect: Dialect) -> Prepared:
     return found
 
 
-def pipeline_failure(driver: Any, error: Exception) -> tuple[Exception, bool]:
-    """The failure a psycopg pipeline on ``driver`` raised ``error`` for, and whether the
-    connection was left in pipeline mode (lost, and never reused in any case). A
-    connection lost meanwhile can surface as psycopg failing to leave pipeline mode
-    ("while busy"), the loss being the context of that failure: the loss is what is
-    reported and judged."""
-    stuck = bool(driver.pgconn.pipeline_status != _PIPELINE_OFF)
-    context = error.__context__
-    return (context if stuck and isinstance(context, driver.Error) else error), stuck
-
-
 class HeldConnection:
     """A pooled driver connection while a store holds it, across its transactions.
 
     Set up when the store takes it from the pool, put back as it was by
-    ``release``: the cursor statements run on and, on PostgreSQL, a second one
-    for the statements of a pipeline whose rows are not read (BEGIN, the lock,
-    COMMIT), and psycopg's autocommit mode. In that mode psycopg sends no BEGIN
-    of its own, which in a pipeline would wait for its answer; a2sql's
-    transactions send theirs, at READ COMMITTED whatever the connection's level.
+    ``release``: the cursor statements run on and, on PostgreSQL, psycopg's
+    autocommit mode. In that mode psycopg sends no BEGIN of its own, which in a
+    pipeline would wait for its answer; a2sql's transactions send theirs, at
+    READ COMMITTED whatever the connection's level. Pipelines go through
+    ``wire`` (a2sql.wire), made at the first.
     """
 
-    __slots__ = ("_set_autocommit", "cursor", "pooled", "side", "sqlite")
+    __slots__ = ("_set_autocommit", "_wire", "cursor", "pooled", "sqlite")
 
     def __init__(self, pooled: PoolProxiedConnection, *, sqlite: bool) -> None:
         self.pooled = pooled
         self.sqlite = sqlite
         self.cursor: Any = pooled.cursor()
-        self.side: Any = None
+        self._wire: Wire | None = None
         self._set_autocommit = False
         if not sqlite:
-            self.side = pooled.cursor()
             driver: Any = pooled.driver_connection
             if not driver.autocommit:
                 driver.autocommit = True
                 self._set_autocommit = True
+
+    @property
+    def wire(self) -> Wire:
+        """The connection's pipelines (PostgreSQL)."""
+        if self._wire is None:
+            from a2sql.wire import Wire  # psycopg's: PostgreSQL only
+
+            self._wire = Wire(self.pooled.driver_connection, self.pooled.info)
+        return self._wire
+
+    def forget_prepared(self) -> None:
+        """After a rollback through the driver (a2sql.wire)."""
+        if self._wire is not None:
+            self._wire.forget()
 
     def release(self) -> None:
         """Put the connection back as it was taken, and check it in to the pool."""
@@ -287,8 +290,6 @@ class HeldConnection:
         if pooled.is_valid:
             try:
                 self.cursor.close()
-                if self.side is not None:
-                    self.side.close()
                 if self._set_autocommit:
                     pooled.driver_connection.autocommit = False  # type: ignore[union-attr]
             except Exception as error:  # lost meanwhile: the pool must not hand it out
@@ -302,7 +303,6 @@ class DirectTransaction:
     __slots__ = (
         "_cursor",
         "_dialect",
-        "_ended_by_server",
         "_engine",
         "_error",
         "_held",
@@ -325,8 +325,6 @@ class DirectTransaction:
         # PostgreSQL: BEGIN is still to be sent, with the first statement (SQLite
         # sends it in ``begin``).
         self._unbegun = not held.sqlite
-        # A failed pipeline's implicit transaction, which the server ended.
-        self._ended_by_server = False
         # Whether a transaction sent whole may go without BEGIN and COMMIT
         # (a2sql.preparation.implicit_transactions; PostgreSQL, from ``begin``).
         self._implicit = False
@@ -375,7 +373,7 @@ class DirectTransaction:
         commit: bool,
     ) -> list[Row]:
         """BEGIN, the ``lock`` statement, the statement ``statement()`` builds and, if
-        ``commit``, COMMIT, in psycopg's pipeline mode: the statement's rows.
+        ``commit``, COMMIT, in one pipeline (a2sql.wire): the statement's rows.
         Committed, the transaction is over when this returns, and a later statement
         begins the next one.
 
@@ -384,46 +382,44 @@ class DirectTransaction:
         Otherwise one: the lock statement must then not wait for the lock, only try it,
         so that a client frozen mid-way never holds it while the server waits for the
         rest of the transaction."""
-        connection: Any = self._pooled.driver_connection
-        held = self._held
-        cursor, side = held.cursor, held.side
+        driver: Any = self._pooled.driver_connection
+        wire = self._held.wire
+        # Prepared on the server where psycopg would prepare them (a2sql.preparation).
+        prepare = driver.prepare_threshold is not None
         sent: list[tuple[str, Any]] = []
         # (A connection's first transaction has begun already: a2sql.preparation
         # asked the server a question.)
         begin = self._unbegun
         # Sent whole, without BEGIN and COMMIT where the statements up to the Sync
-        # make a transaction at READ COMMITTED: two executes of four.
+        # make a transaction at READ COMMITTED: two statements of four.
         implicit = begin and commit and not wait_for_lock and self._implicit
-        explicit_begin = begin and not implicit
-        if explicit_begin:
-            sent.append((BEGIN_READ_COMMITTED.decode(), ()))
         self._unbegun = commit
         try:
-            with connection.pipeline() as pipeline:
-                if explicit_begin:
-                    side.execute(BEGIN_READ_COMMITTED)
+            with wire:
+                if begin and not implicit:
+                    sent.append((BEGIN_READ_COMMITTED.decode(), ()))
+                    wire.add(BEGIN_READ_COMMITTED, prepare=prepare)
                 sql, arguments = self._prepare(lock[0]).arguments(lock[1])
                 sent.append((sql, arguments))
-                side.execute(sql, arguments)
+                wire.add(sql, arguments, prepare=prepare)
                 if wait_for_lock:
-                    pipeline.sync()
+                    wire.sync()
+                    wire.answer()
                 built, params = statement()
                 prepared = self._prepare(built)
                 sql, arguments = prepared.arguments(params)
                 sent.append((sql, arguments))
-                cursor.execute(sql, arguments)
+                wire.add(sql, arguments, fetch=True, prepare=prepare)
                 if commit and not implicit:
                     sent.append(("COMMIT", ()))
-                    side.execute(COMMIT)
-            rows = prepared.rows(cast("list[Row]", cursor.fetchall())) if prepared.fetch else []
+                    wire.add(COMMIT, prepare=prepare)
+                wire.sync()
+                rows = wire.answer()
         except self._error as error:
-            # The server rolled an implicit transaction back at the Sync: ``rollback``
-            # begins one, for the driver's own rollback to run.
-            self._ended_by_server = implicit
-            cause, stuck = pipeline_failure(connection, error)
             # Which statement failed is in the error; all of them are reported.
-            self._fail(cause, ";\n".join(sql for sql, _ in sent), [a for _, a in sent], lost=stuck)
-        return rows
+            lost = bool(driver.broken or driver.closed)
+            self._fail(error, ";\n".join(sql for sql, _ in sent), [a for _, a in sent], lost=lost)
+        return prepared.rows(rows) if prepared.fetch else []
 
     def rollback(self) -> None:
         """After a failure: never raises (the failure being handled is the one to report)."""
@@ -433,14 +429,10 @@ class DirectTransaction:
         driver: Any = pooled.driver_connection
         try:
             if not self.sqlite:
-                # The driver's own, in autocommit mode too (it sends ROLLBACK when a
-                # transaction is open): psycopg then forgets the statements it
-                # prepared, one of which a failed pipeline may have left unprepared
-                # on the server while psycopg counts it as prepared.
-                if self._ended_by_server:
-                    self._ended_by_server = False
-                    self._cursor.execute(BEGIN_READ_COMMITTED)
+                # The driver's own, in autocommit mode too: it sends ROLLBACK when a
+                # transaction is open, and may deallocate a2sql's prepared statements.
                 driver.rollback()
+                self._held.forget_prepared()
             elif driver.in_transaction:
                 self._cursor.execute("ROLLBACK")
         except self._error as error:

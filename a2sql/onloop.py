@@ -6,11 +6,11 @@ and the guarded statement, answered in one round trip (a2sql.calls,
 a2sql.ops.fused). Handed to a thread (a2sql.handoff), each would also cost the
 hand-off there and back: on a machine where a thread switch costs tens of
 microseconds that took an ``AsyncStore`` cycle to about half a ``Store``'s
-speed. So an ``AsyncStore`` opened from a URL sends that pipeline itself, with
-psycopg's async mode, on connections it keeps from its asyncio engine's pool
-(as ``Store`` keeps the sync engine's: a2sql.pooled), and awaits its answer on
-the loop. The rest, and a call whose pipeline wrote nothing, go to the thread
-as before, after the lock.
+speed. So an ``AsyncStore`` opened from a URL writes that pipeline itself
+(a2sql.wire, as the sync path does), on psycopg connections it keeps from its
+asyncio engine's pool (as ``Store`` keeps the sync engine's: a2sql.pooled),
+and awaits its answer on the loop. The rest, and a call whose pipeline wrote
+nothing, go to the thread as before, after the lock.
 
 The statements are the ones the sync path sends, compiled once
 (``a2sql.direct.prepared``). Where the connection's default isolation level is
@@ -18,8 +18,8 @@ READ COMMITTED they go without ``BEGIN`` and ``COMMIT``, as one implicit
 transaction, otherwise between the two; behind a connection pooler
 (a2sql.preparation) none are sent this way.
 
-Once sent, a call is the server's to commit or roll back, and psycopg cannot
-leave a pipeline midway: a caller cancelled meanwhile has the server cancel the
+Once sent, a call is the server's to commit or roll back, and a pipeline
+cannot be left midway: a caller cancelled meanwhile has the server cancel the
 statement and waits for its answer, which decides (``OnLoop.run``,
 a2sql.settling). The statement never waits for the session's lock, only,
 rarely, for a row another transaction holds, which the cancel ends at once.
@@ -32,7 +32,7 @@ import time
 from collections.abc import Coroutine
 from contextlib import suppress
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
@@ -46,13 +46,15 @@ from a2sql.direct import (
     DirectTransaction,
     Params,
     Row,
-    pipeline_failure,
     prepared,
 )
 from a2sql.errors import closed_store
 from a2sql.pooled import KEEP_IDLE, MAX_IDLE_S
 from a2sql.preparation import answered_by_pooler, implicit_at
 from a2sql.settling import Settling
+
+if TYPE_CHECKING:
+    from a2sql.wire import Wire
 
 T = TypeVar("T")
 
@@ -65,14 +67,13 @@ class _Held:
 
     __slots__ = (
         "connection",
-        "cursor",
         "driver",
         "implicit",
         "interrupting",
         "loop",
         "raw",
         "set_autocommit",
-        "side",
+        "wire",
     )
 
     def __init__(
@@ -87,9 +88,9 @@ class _Held:
         self.set_autocommit = False
         # The cancel request sent for the call running on it, if any.
         self.interrupting: asyncio.Future[None] | None = None
-        # The statement's rows are read from ``cursor``; ``side`` runs the rest.
-        self.cursor: Any = driver.cursor()
-        self.side: Any = driver.cursor()
+        from a2sql.wire import Wire  # psycopg's: PostgreSQL only
+
+        self.wire: Wire = Wire(driver, raw.info)
 
     async def pipeline(
         self,
@@ -101,29 +102,47 @@ class _Held:
     ) -> list[Row]:
         """The lock statement and ``statement`` in one pipeline, one transaction, one
         wait: ``statement``'s rows. A failure is raised as SQLAlchemy's ``DBAPIError``."""
-        driver, side, cursor = self.driver, self.side, self.cursor
+        driver, wire = self.driver, self.wire
         lock_sql, lock_arguments = prepared(lock[0], dialect).arguments(lock[1])
         compiled = prepared(statement, dialect)
         sql, arguments = compiled.arguments(params)
+        prepare = driver.prepare_threshold is not None
         try:
-            async with driver.pipeline():
+            with wire:
                 if not self.implicit:
-                    await side.execute(BEGIN_READ_COMMITTED)
-                await side.execute(lock_sql, lock_arguments)
-                await cursor.execute(sql, arguments)
+                    wire.add(BEGIN_READ_COMMITTED, prepare=prepare)
+                wire.add(lock_sql, lock_arguments, prepare=prepare)
+                wire.add(sql, arguments, fetch=True, prepare=prepare)
                 if not self.implicit:
-                    await side.execute(COMMIT)
-            return compiled.rows(await cursor.fetchall()) if compiled.fetch else []
+                    wire.add(COMMIT, prepare=prepare)
+                wire.sync()
+                rows = await wire.answer_async(self._ready)
         except driver.Error as error:  # psycopg's, whichever it is
-            cause, stuck = pipeline_failure(driver, error)
-            lost = stuck or driver.broken or driver.closed
+            lost = bool(driver.broken or driver.closed)
             raise DirectTransaction.wrap(
                 engine.sync_engine,
-                cause,
+                error,
                 f"{lock_sql};\n{sql}",
                 [lock_arguments, arguments],
                 lost=lost,
-            ) from cause
+            ) from error
+        return compiled.rows(rows) if compiled.fetch else []
+
+    async def _ready(self, fileno: int, writing: bool) -> None:
+        """Once ``fileno`` is readable (or writable, ``writing``)."""
+        loop = self.loop
+        ready = loop.create_future()
+        if writing:
+            loop.add_writer(fileno, _resolve, ready)
+        else:
+            loop.add_reader(fileno, _resolve, ready)
+        try:
+            await ready
+        finally:
+            if writing:
+                loop.remove_writer(fileno)
+            else:
+                loop.remove_reader(fileno)
 
     async def release(self, *, invalidate: bool) -> None:
         """Put the connection back as it was taken, and give it back to the pool."""
@@ -131,11 +150,8 @@ class _Held:
         try:
             if invalidate or self.driver.broken or self.driver.closed:
                 await connection.invalidate()
-            else:
-                await self.cursor.close()
-                await self.side.close()
-                if self.set_autocommit:
-                    await self.driver.set_autocommit(False)
+            elif self.set_autocommit:
+                await self.driver.set_autocommit(False)
         except Exception:  # lost meanwhile: the pool must not hand it out
             with suppress(Exception):
                 await connection.invalidate()
@@ -166,8 +182,8 @@ class OnLoop:
         """``call`` sent whole, its lock only tried: its result, or ``None`` if it wrote
         nothing (the lock was held, or the guard refused), for the way after the lock.
 
-        Once sent, the call is the server's to commit or roll back, and psycopg cannot
-        leave a pipeline midway: a cancellation of the caller meanwhile is held back
+        Once sent, the call is the server's to commit or roll back, and a pipeline
+        cannot be left midway: a cancellation of the caller meanwhile is held back
         (``Settling``) and has the server cancel the statement. Its answer decides:
         rolled back (or nothing written), ``CancelledError``; committed first, the
         result, the cancellation taken back (``Task.uncancel``) as ``asyncio.wait_for``
@@ -222,16 +238,16 @@ class OnLoop:
     async def _recovered(self, held: _Held, *, failed: bool) -> None:
         """``held`` back among the idle connections once any cancel request sent for its
         call has reached the server (a backend waiting for its next statement ignores
-        it, as ``Store``'s threads rely on too), and, after a failed pipeline, psycopg's
-        state is reset as on the sync path (a2sql.direct: ``BEGIN``, then the driver's
-        rollback, which forgets the statements it prepared); closed if that fails."""
+        it, as ``Store``'s threads rely on too), and, after a failed pipeline, the
+        transaction ended as on the sync path (the driver's rollback); closed if that
+        fails."""
         try:
             if held.interrupting is not None:
                 await held.interrupting
                 held.interrupting = None
-            if failed:
-                await held.side.execute(BEGIN_READ_COMMITTED)
+            if failed:  # ROLLBACK, where a transaction a2sql began is still open
                 await held.driver.rollback()
+                held.wire.forget()  # psycopg's rollback may have deallocated them
         except Exception:
             await held.release(invalidate=True)
             return
@@ -322,6 +338,11 @@ async def _invalidated(connection: AsyncConnection) -> None:
     with suppress(Exception):
         await connection.invalidate()
     await connection.close()
+
+
+def _resolve(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
 
 
 async def _cancel(driver: Any) -> None:

@@ -162,12 +162,11 @@ class A2sqlImpl:
         # Counting is done on a second store of the same database, running the
         # same code: a listener on an engine makes its transactions take the
         # Connection path for good (a2sql.direct.observed), so the timed
-        # store's engine never gets one. On PostgreSQL (sync) the counting
-        # store's cursors count instead, on the timed store's path, round
+        # store's engine never gets one. On PostgreSQL the counting store's
+        # connections are traced instead, on the timed store's path, round
         # trips too (bench/round_trips.py).
         self._statements = 0
         self._counter = None
-        self._traced = False
         if API == "sync" and url.startswith("postgresql"):
             from bench.round_trips import Counter
 
@@ -181,7 +180,6 @@ class A2sqlImpl:
             from bench.round_trips import Counter
 
             self._counter = Counter()
-            self._traced = True
             async_store = a2sql.create_async_store(url, migrate=False)
             self._counter.trace(async_store.engine.sync_engine)
             sync_path = async_store._sync_path
@@ -207,7 +205,7 @@ class A2sqlImpl:
     def statements(self) -> int:
         if self._counter is None:
             return self._statements
-        return self._counter.traced_statements if self._traced else self._counter.statements
+        return self._counter.statements
 
     @property
     def round_trips(self) -> int | None:
@@ -256,7 +254,7 @@ class A2sqlImpl:
         self._timed.close()
         self._counted.close()
         if self._counter is not None:
-            if not self._traced:  # an AsyncStore disposes of the engines it made
+            if API == "sync":  # an AsyncStore disposes of the engines it made
                 self._counted.engine.dispose()
             self._counter.close()
 

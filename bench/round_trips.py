@@ -1,14 +1,14 @@
 """Statements and round trips a2sql sends to PostgreSQL on its direct path.
 
-A listener on an engine would send a2sql's transactions down the path that
-runs each statement through ``Connection.execute``, one round trip each
-(a2sql.direct.observed). So the counting store's engine gets a psycopg
-cursor class instead, which sees what the timed store's path sends, and
-each of its connections is traced by libpq (``PQtrace``):
+A SQLAlchemy event listener on an engine would send a2sql's transactions down
+the path that runs each statement through ``Connection.execute``, one round
+trip each (a2sql.direct.observed). So each connection of the counting store's
+engine is traced by libpq (``PQtrace``, from a pool event, which leaves the
+engine unobserved), and the trace is counted:
 
-- statements: a cursor's ``execute`` (an ``executemany`` counts one); the
-  first of a transaction outside a pipeline also brings psycopg's ``BEGIN``
-  and the ``COMMIT`` or ``ROLLBACK`` that ends it: two more;
+- statements: each ``Bind`` (an execution of a parsed statement; an
+  ``executemany`` counts one per row) and each ``Query`` (the simple protocol,
+  psycopg's own ``BEGIN`` and ``COMMIT`` among them);
 - round trips: the ``Sync`` and ``Query`` messages the client sent, each of
   which it waits on (a pipeline's statements share one ``Sync``).
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 import tempfile
 from typing import IO, Any
 
-import psycopg
 from psycopg import pq
 from sqlalchemy import Engine, create_engine, event
 
@@ -27,7 +26,6 @@ class Counter:
     """What one engine's connections sent."""
 
     def __init__(self) -> None:
-        self.statements = 0
         self._traces: list[IO[str]] = []
 
     def _sent(self, *messages: str) -> int:
@@ -47,16 +45,12 @@ class Counter:
         return self._sent("Sync", "Query")
 
     @property
-    def traced_statements(self) -> int:
-        """Statements as the trace shows them: each ``Bind`` (an execution of a parsed
-        statement) and each ``Query`` (simple protocol, psycopg's own BEGIN and COMMIT
-        among them)."""
+    def statements(self) -> int:
         return self._sent("Bind", "Query")
 
     def trace(self, engine: Engine) -> None:
         """Trace every connection ``engine`` opens from now on (sync or asyncio)."""
 
-        # A pool event: it leaves the engine unobserved (a2sql.direct.observed).
         @event.listens_for(engine, "connect")
         def trace(driver: Any, _record: Any) -> None:
             file = tempfile.TemporaryFile("w+")  # noqa: SIM115 (open while the engine is; close())
@@ -67,26 +61,7 @@ class Counter:
 
     def engine(self, url: str) -> Engine:
         """An engine on ``url`` whose connections count into this counter."""
-        counter = self
-
-        class Counting(psycopg.Cursor[Any]):
-            def _count(self) -> None:
-                connection = self.connection
-                counter.statements += 1
-                outside = connection.pgconn.pipeline_status == pq.PipelineStatus.OFF
-                idle = connection.info.transaction_status == pq.TransactionStatus.IDLE
-                if outside and idle and not connection.autocommit:
-                    counter.statements += 2
-
-            def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
-                self._count()
-                return super().execute(query, params, **kw)
-
-            def executemany(self, query: Any, params_seq: Any, **kw: Any) -> None:
-                self._count()
-                super().executemany(query, params_seq, **kw)
-
-        engine = create_engine(url, connect_args={"cursor_factory": Counting})
+        engine = create_engine(url)
         self.trace(engine)
         return engine
 

@@ -25,6 +25,7 @@ from sqlalchemy import event
 import a2sql
 from a2sql import ClaimRef, Completion, NewEvent, Store
 from a2sql.testing import FakeClock
+from tests.recording import recording_engine
 
 GOLDEN = Path(__file__).parent / "sql"
 WRITE = os.environ.get("A2SQL_WRITE_GOLDEN_SQL") == "1"
@@ -130,28 +131,13 @@ def test_the_direct_path_sends_the_same_sql(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A store nothing observes runs on the driver's cursor (a2sql.direct): it sends the
-    statements of the files too, as the driver's cursors receive them, and the fused
-    calls send them in one pipeline, without BEGIN and COMMIT. (The scenario's claim
+    statements of the files too, as the driver receives them, and the fused calls send
+    them in one pipeline (a2sql.wire), without BEGIN and COMMIT. (The scenario's claim
     takes lane events never claimed, which a call sent whole leaves to the way after
     the lock: the session is not then remembered as contended.)"""
     monkeypatch.setattr(a2sql.calls, "CONTENDED_S", 0.0)
-    psycopg = pytest.importorskip("psycopg")
-    from sqlalchemy import create_engine
-
-    sent: list[tuple[str, bool]] = []
-
-    class Recording(psycopg.Cursor):  # type: ignore[misc]
-        def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
-            pipelined = self.connection.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
-            sent.append((query.decode() if isinstance(query, bytes) else str(query), pipelined))
-            return super().execute(query, params, **kw)
-
-        def executemany(self, query: Any, params_seq: Any, **kw: Any) -> Any:
-            sent.append((str(query), False))
-            return super().executemany(query, params_seq, **kw)
-
     url = str(request.getfixturevalue("postgres_url"))
-    engine = create_engine(url, connect_args={"cursor_factory": Recording})
+    engine, sent = recording_engine(url, monkeypatch)
     try:
         with a2sql.create_store(engine, migrate=True, clock=FakeClock(T0)) as store:
             store.delete_session("s")  # a clean slate, and the connection's one-time settings

@@ -15,12 +15,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import create_engine, text
 
 import a2sql
 from a2sql import A2Error, ClaimRef, ErrorCode, NewEvent
 from a2sql.testing import FakeClock
 from tests.conftest import with_server_option
+from tests.recording import recording_engine
 
 
 @pytest.fixture
@@ -142,24 +143,9 @@ def test_a_writer_gives_up_after_lock_timeout_saying_the_session_is_locked(pg_ur
         holder.join()
 
 
-def _recording_engine(url: str) -> tuple[Engine, list[str]]:
-    """An engine on ``url`` whose psycopg cursors record the SQL they execute (a cursor
-    class, not an event listener, which would take a2sql off its direct path), and the
-    record."""
-    psycopg = pytest.importorskip("psycopg")
-    sent: list[str] = []
-
-    class Recording(psycopg.Cursor):  # type: ignore[misc]
-        def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
-            sent.append(query.decode() if isinstance(query, bytes) else str(query))
-            return super().execute(query, params, **kw)
-
-    return create_engine(url, connect_args={"cursor_factory": Recording}), sent
-
-
 @pytest.mark.parametrize("level", ["read committed", "repeatable read", "serializable"])
 def test_a_call_sent_whole_begins_read_committed_unless_that_is_the_default(
-    pg_url: str, level: str
+    pg_url: str, level: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A call sent whole in one pipeline goes without BEGIN and COMMIT, its statements one
     implicit transaction at the session's default level, only where that level is READ
@@ -167,13 +153,13 @@ def test_a_call_sent_whole_begins_read_committed_unless_that_is_the_default(
     level, as every other transaction does."""
     setting = level.replace(" ", "\\ ")  # libpq's options take a space escaped
     url = with_server_option(pg_url, f"default_transaction_isolation={setting}")
-    engine, sent = _recording_engine(url)
+    engine, sent = recording_engine(url, monkeypatch)
     try:
         with a2sql.create_store(engine, migrate=False) as store:
             store.read("s")  # the connection's first transaction asks what it needs
             sent.clear()
             store.append("s", [NewEvent("t", 1)])
-            begun = [sql for sql in sent if sql.startswith(("BEGIN", "COMMIT"))]
+            begun = [sql for sql, _ in sent if sql.startswith(("BEGIN", "COMMIT"))]
             assert len(store.read("s")) == 1
     finally:
         engine.dispose()
@@ -193,11 +179,11 @@ def test_a_session_whose_lock_was_held_goes_the_way_after_the_lock_for_a_while(
 
     def tried() -> list[bool]:
         """For each lock statement sent since the last call: whether it only tried."""
-        locks = [sql for sql in sent if "advisory_xact_lock" in sql]
+        locks = [sql for sql, _ in sent if "advisory_xact_lock" in sql]
         sent.clear()
         return ["pg_try_advisory_xact_lock" in sql for sql in locks]
 
-    engine, sent = _recording_engine(pg_url)
+    engine, sent = recording_engine(pg_url, monkeypatch)
     try:
         with a2sql.create_store(engine, migrate=False) as store:
             store.append("s", [NewEvent("t", 0)])

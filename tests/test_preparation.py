@@ -65,21 +65,39 @@ def test_an_engine_that_never_prepares_is_followed(postgres_url: str) -> None:
         engine.dispose()
 
 
+def _deallocate_all(engine: Engine) -> None:
+    """Every statement prepared on the engine's one connection dropped behind the
+    store's back, as a pooler's other server connection would not have them."""
+    with engine.connect() as connection:
+        names = connection.execute(text("select name from pg_prepared_statements")).scalars()
+        for name in list(names):
+            connection.exec_driver_sql(f'deallocate "{name}"')
+        connection.commit()
+
+
 def test_a_lost_prepared_statement_names_the_setting_that_avoids_it(
     one_connection: Engine,
 ) -> None:
-    """A statement psycopg prepared is dropped behind its back, as a pooler's other
-    server connection would not have it: the failure says what to do."""
+    """A statement psycopg prepared (a read's) is lost: the failure says what to do."""
     with a2sql.create_store(one_connection, migrate=False) as store:
-        for n in range(10):
-            store.append("s", [NewEvent("t", n)])
-        with one_connection.connect() as connection:
-            names = connection.execute(text("select name from pg_prepared_statements")).scalars()
-            for name in list(names):
-                connection.exec_driver_sql(f'deallocate "{name}"')
-            connection.commit()
+        store.append("s", [NewEvent("t", 0)])
+        for _ in range(10):
+            store.read("s")
+        _deallocate_all(one_connection)
         with pytest.raises(A2Error) as raised:
-            store.append("s", [NewEvent("t", "after")])
+            store.read("s")
     assert raised.value.code is ErrorCode.STORE_UNAVAILABLE
     assert "does not exist" in raised.value.message
     assert "connect_args={'prepare_threshold': None}" in raised.value.message
+
+
+def test_the_hot_writes_prepare_their_lost_statements_again(one_connection: Engine) -> None:
+    """The statements a2sql prepares for its hot writes (a2sql.wire), lost the same way:
+    the call that finds them gone sends them again, prepared anew, and commits once."""
+    with a2sql.create_store(one_connection, migrate=False) as store:
+        for n in range(10):
+            store.append("s", [NewEvent("t", n)])
+        _deallocate_all(one_connection)
+        appended = store.append("s", [NewEvent("t", "after")])
+        assert [e.index for e in appended.events] == [11]
+        assert [e.payload for e in store.read("s")][-2:] == [9, "after"]

@@ -1,0 +1,237 @@
+"""a2sql.wire: a transaction's statements written to PostgreSQL at once, their answers
+read back as psycopg's cursors would give them, and a failure as a cursor raises it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine
+
+from a2sql.config import resolve_url
+
+psycopg = pytest.importorskip("psycopg")
+from psycopg import pq  # noqa: E402
+
+from a2sql.wire import Wire  # noqa: E402
+
+
+@pytest.fixture
+def connection(postgres_url: str) -> Iterator[Any]:
+    """A psycopg connection in autocommit mode, as a2sql holds them."""
+    engine = create_engine(resolve_url(postgres_url))
+    pooled = engine.raw_connection()
+    driver: Any = pooled.driver_connection
+    driver.autocommit = True
+    try:
+        yield driver
+    finally:
+        pooled.close()
+        engine.dispose()
+
+
+def _alone(wire: Wire, sql: str, n: int) -> list[Any]:
+    """``sql`` with its parameter ``n`` alone in a pipeline: its rows."""
+    wire.add(sql, {"n": n}, fetch=True)
+    wire.sync()
+    return wire.answer()
+
+
+def _unique(sql: str) -> str:
+    """``sql`` as no earlier test sent it: prepared anew."""
+    return f"{sql} -- {uuid.uuid4().hex}"
+
+
+def test_values_come_back_as_a_cursor_gives_them(connection: Any) -> None:
+    driver = connection
+    wire = Wire(driver, {})
+    sql = _unique(
+        "SELECT %(big)s::bigint, %(text)s::text, %(flag)s::boolean, %(at)s::timestamptz,"
+        " %(items)s::text[], %(doc)s::jsonb, %(none)s::int, %(big)s::bigint - 1, '100%%'"
+    )
+    arguments = {
+        "big": 2**62,
+        "text": 'it\'s "quoted", ünïcode, \\ and %s',
+        "flag": False,
+        "at": datetime(2026, 12, 5, 9, 30, 1, 123000, tzinfo=UTC),
+        "items": ["x", "y,z", 'q"', ""],
+        "doc": '{"k": [1, 2.5, null]}',
+        "none": None,
+    }
+    with driver.cursor() as cursor:
+        expected = cursor.execute(sql, arguments).fetchall()
+    for _ in range(2):  # prepared with the first, then by its name
+        wire.add(sql, arguments, fetch=True)
+        wire.sync()
+        assert wire.answer() == expected
+    assert driver.pgconn.pipeline_status == pq.PipelineStatus.OFF
+
+
+def test_a_failure_raises_the_cursors_error_and_skips_the_rest(
+    connection: Any,
+) -> None:
+    """The first failure is raised as psycopg's error of its SQLSTATE (``error_from_result``,
+    pinned here); the statements after it are skipped, their names not prepared, and the
+    connection is ready for the next pipeline."""
+    driver = connection
+    wire = Wire(driver, {})
+    after = _unique("SELECT %(n)s::int")
+    wire.add(_unique("SELECT 1 / %(zero)s::int"), {"zero": 0})
+    wire.add(after, {"n": 5}, fetch=True)
+    wire.sync()
+    with pytest.raises(psycopg.errors.DivisionByZero) as caught:
+        wire.answer()
+    assert caught.value.sqlstate == "22012"
+    assert caught.value.diag.message_primary == "division by zero"
+    assert driver.pgconn.pipeline_status == pq.PipelineStatus.OFF
+    assert driver.pgconn.transaction_status == pq.TransactionStatus.IDLE
+    # Its prepare was skipped too: prepared now, not taken for prepared.
+    assert _alone(wire, after, 5) == [(5,)]
+
+
+def test_an_explicit_transaction_that_failed_is_left_to_roll_back(
+    connection: Any,
+) -> None:
+    driver = connection
+    wire = Wire(driver, {})
+    wire.add(b"BEGIN")
+    wire.add(_unique("SELECT 1 / %(zero)s::int"), {"zero": 0})
+    wire.add(b"COMMIT")
+    wire.sync()
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        wire.answer()
+    assert driver.pgconn.transaction_status == pq.TransactionStatus.INERROR
+    driver.rollback()
+    assert driver.execute("SELECT 1").fetchall() == [(1,)]
+
+
+def test_unprepared_statements_go_unnamed(connection: Any) -> None:
+    """As behind a pooler: nothing is prepared on the server."""
+    driver = connection
+    wire = Wire(driver, {})
+    for n in range(3):
+        wire.add(_unique("SELECT %(n)s::int"), {"n": n}, fetch=True, prepare=False)
+        wire.sync()
+        assert wire.answer() == [(n,)]
+    assert driver.execute("SELECT count(*) FROM pg_prepared_statements").fetchall() == [(0,)]
+
+
+def test_two_syncs_answer_in_turn(connection: Any) -> None:
+    """A pipeline answered up to its first Sync goes on with statements queued after it
+    (the way after the lock: the statement is built once the lock is granted)."""
+    driver = connection
+    wire = Wire(driver, {})
+    wire.add(b"BEGIN")
+    wire.add(_unique("SELECT pg_advisory_xact_lock(%(key)s::bigint)"), {"key": 17})
+    wire.sync()
+    assert wire.answer() == []
+    assert driver.pgconn.transaction_status == pq.TransactionStatus.INTRANS
+    wire.add(_unique("SELECT %(n)s::int"), {"n": 3}, fetch=True)
+    wire.add(b"COMMIT")
+    wire.sync()
+    assert wire.answer() == [(3,)]
+    assert driver.pgconn.transaction_status == pq.TransactionStatus.IDLE
+
+
+class _Interrupted:
+    def poll(self, *_args: Any) -> Any:
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_wait_closes_the_connection(connection: Any) -> None:
+    """Whether what was sent committed is then unknown: the connection is not left
+    midway, to be handed out again, but closed."""
+    driver = connection
+    wire = Wire(driver, {})
+    wire._poll = _Interrupted()  # type: ignore[assignment]
+    wire.add(_unique("SELECT pg_sleep(%(s)s::float)"), {"s": 0.05})
+    wire.sync()
+    with pytest.raises(KeyboardInterrupt):
+        wire.answer()
+    assert driver.closed
+
+
+def test_a_statement_that_cannot_be_queued_abandons_the_pipeline(
+    connection: Any,
+) -> None:
+    """Queued statements cannot be taken back: inside ``with wire:`` a failure before the
+    answer closes the connection rather than leave it midway."""
+    driver = connection
+    wire = Wire(driver, {})
+    with pytest.raises(psycopg.ProgrammingError), wire:
+        wire.add(_unique("SELECT %(a)s::int"), {"a": 1})
+        wire.add(_unique("SELECT %(b)s::text"), {"b": object()})  # psycopg cannot adapt it
+    assert driver.closed
+
+
+@pytest.mark.parametrize("explicit", [False, True], ids=["implicit", "begin-commit"])
+def test_a_batch_that_finds_its_names_deallocated_is_sent_again_once(
+    connection: Any, explicit: bool
+) -> None:
+    """psycopg's rollback, or an application, deallocated every statement: the failure
+    undid the whole batch, which goes again, prepared anew, and commits once."""
+    driver = connection
+    driver.execute("CREATE TABLE wire_rows (n int)")
+    wire = Wire(driver, {})
+    insert = _unique("INSERT INTO wire_rows VALUES (%(n)s::int) RETURNING n")
+    for n in (1, 2):
+        if n == 2:
+            driver.execute("DEALLOCATE ALL")
+        if explicit:
+            wire.add(b"BEGIN")
+        wire.add(_unique("SELECT %(n)s::int") if n == 1 else insert, {"n": n})
+        wire.add(insert, {"n": n}, fetch=True)
+        if explicit:
+            wire.add(b"COMMIT")
+        wire.sync()
+        assert wire.answer() == [(n,)]
+    assert driver.execute("SELECT n FROM wire_rows ORDER BY n").fetchall() == [(1,), (2,), (2,)]
+    assert driver.pgconn.transaction_status == pq.TransactionStatus.IDLE
+
+
+def test_in_a_transaction_begun_before_the_batch_no_name_is_trusted(connection: Any) -> None:
+    """A failure there could not be undone to send the batch again: the names it uses
+    are prepared anew (the way after the lock: BEGIN and the lock, then the rest)."""
+    driver = connection
+    wire = Wire(driver, {})
+    sql = _unique("SELECT %(n)s::int")
+    assert _alone(wire, sql, 1) == [(1,)]
+    driver.execute("DEALLOCATE ALL")
+    wire.add(b"BEGIN")
+    wire.sync()
+    wire.answer()
+    wire.add(sql, {"n": 2}, fetch=True)
+    wire.add(b"COMMIT")
+    wire.sync()
+    assert wire.answer() == [(2,)]
+
+
+def test_a_name_prepared_already_is_prepared_again_after_forget(connection: Any) -> None:
+    """``forget`` does not know whether the names still exist: preparing one that does
+    must not fail (it is closed first)."""
+    driver = connection
+    wire = Wire(driver, {})
+    sql = _unique("SELECT %(n)s::int")
+    for n in range(3):
+        wire.forget()
+        assert _alone(wire, sql, n) == [(n,)]
+
+
+def test_psycopgs_rollback_deallocates_and_forget_recovers(connection: Any) -> None:
+    """psycopg rolls back with DEALLOCATE ALL once it prepared statements of its own: what
+    a2sql does after every rollback through the driver (``forget``) recovers from it."""
+    driver = connection
+    wire = Wire(driver, {})
+    sql = _unique("SELECT %(n)s::int")
+    assert _alone(wire, sql, 1) == [(1,)]
+    with driver.cursor() as cursor:
+        for _ in range(driver.prepare_threshold + 1):  # psycopg prepares one of its own
+            cursor.execute("SELECT %s::int", (1,))
+        cursor.execute("BEGIN")
+        driver.rollback()
+    assert driver.execute("SELECT count(*) FROM pg_prepared_statements").fetchall() == [(0,)]
+    wire.forget()
+    assert _alone(wire, sql, 2) == [(2,)]
