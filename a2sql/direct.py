@@ -384,8 +384,6 @@ class DirectTransaction:
         rest of the transaction."""
         driver: Any = self._pooled.driver_connection
         wire = self._held.wire
-        # Prepared on the server where psycopg would prepare them (a2sql.preparation).
-        prepare = driver.prepare_threshold is not None
         sent: list[tuple[str, Any]] = []
         # (A connection's first transaction has begun already: a2sql.preparation
         # asked the server a question.)
@@ -398,10 +396,10 @@ class DirectTransaction:
             with wire:
                 if begin and not implicit:
                     sent.append((BEGIN_READ_COMMITTED.decode(), ()))
-                    wire.add(BEGIN_READ_COMMITTED, prepare=prepare)
+                    wire.add(BEGIN_READ_COMMITTED)
                 sql, arguments = self._prepare(lock[0]).arguments(lock[1])
                 sent.append((sql, arguments))
-                wire.add(sql, arguments, prepare=prepare)
+                wire.add(sql, arguments)
                 if wait_for_lock:
                     wire.sync()
                     wire.answer()
@@ -409,10 +407,10 @@ class DirectTransaction:
                 prepared = self._prepare(built)
                 sql, arguments = prepared.arguments(params)
                 sent.append((sql, arguments))
-                wire.add(sql, arguments, fetch=True, prepare=prepare)
+                wire.add(sql, arguments, fetch=True)
                 if commit and not implicit:
                     sent.append(("COMMIT", ()))
-                    wire.add(COMMIT, prepare=prepare)
+                    wire.add(COMMIT)
                 wire.sync()
                 rows = wire.answer()
         except self._error as error:

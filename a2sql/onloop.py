@@ -106,15 +106,14 @@ class _Held:
         lock_sql, lock_arguments = prepared(lock[0], dialect).arguments(lock[1])
         compiled = prepared(statement, dialect)
         sql, arguments = compiled.arguments(params)
-        prepare = driver.prepare_threshold is not None
         try:
             with wire:
                 if not self.implicit:
-                    wire.add(BEGIN_READ_COMMITTED, prepare=prepare)
-                wire.add(lock_sql, lock_arguments, prepare=prepare)
-                wire.add(sql, arguments, fetch=True, prepare=prepare)
+                    wire.add(BEGIN_READ_COMMITTED)
+                wire.add(lock_sql, lock_arguments)
+                wire.add(sql, arguments, fetch=True)
                 if not self.implicit:
-                    wire.add(COMMIT, prepare=prepare)
+                    wire.add(COMMIT)
                 wire.sync()
                 rows = await wire.answer_async(self._ready)
         except driver.Error as error:  # psycopg's, whichever it is

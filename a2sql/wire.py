@@ -127,6 +127,7 @@ class Wire:
     __slots__ = (
         "_batch",
         "_contained",
+        "_driver",
         "_encoding",
         "_error",
         "_expected",
@@ -139,6 +140,7 @@ class Wire:
     )
 
     def __init__(self, driver: Any, info: dict[Any, Any]) -> None:
+        self._driver = driver
         self._pgconn: Any = driver.pgconn
         self._tx = Transformer(driver)
         self._encoding = self._tx.encoding
@@ -173,12 +175,13 @@ class Wire:
         arguments: Mapping[str, Any] | None = None,
         *,
         fetch: bool = False,
-        prepare: bool = True,
     ) -> None:
         """Queue a statement: SQL as SQLAlchemy renders it for psycopg, with its
         arguments by name, or bytes without parameters. ``fetch``: its rows are the
-        answer's (one statement of a pipeline). ``prepare``: SQL with parameters is
-        prepared on the server under a name of its own.
+        answer's (one statement of a pipeline). SQL with parameters is prepared on
+        the server under a name of its own where the connection prepares at all
+        (its ``prepare_threshold`` is set: a2sql.preparation unsets it behind a
+        pooler).
 
         A failure between the first ``add`` and the end of ``answer`` leaves the
         pipeline midway: the caller then calls ``abandon``, or queues and answers
@@ -197,7 +200,8 @@ class Wire:
         if not self._batch:
             self._contained = self._pgconn.transaction_status == pq.TransactionStatus.IDLE
         # BEGIN and COMMIT (bytes) cost nothing to parse: they go unnamed.
-        self._queue(_Queued(query, params, _FETCH if fetch else _DISCARD, prepare and bool(names)))
+        prepare = bool(names) and self._driver.prepare_threshold is not None
+        self._queue(_Queued(query, params, _FETCH if fetch else _DISCARD, prepare))
 
     def sync(self) -> None:
         """End the statements queued so far: a transaction of their own where none was

@@ -108,14 +108,16 @@ def test_an_explicit_transaction_that_failed_is_left_to_roll_back(
     assert driver.execute("SELECT 1").fetchall() == [(1,)]
 
 
-def test_unprepared_statements_go_unnamed(connection: Any) -> None:
-    """As behind a pooler: nothing is prepared on the server."""
+def test_a_connection_that_never_prepares_sends_its_statements_unnamed(
+    connection: Any,
+) -> None:
+    """As behind a pooler (a2sql.preparation unsets ``prepare_threshold`` there), or on
+    an engine made with ``prepare_threshold=None``: nothing is prepared on the server."""
     driver = connection
+    driver.prepare_threshold = None
     wire = Wire(driver, {})
     for n in range(3):
-        wire.add(_unique("SELECT %(n)s::int"), {"n": n}, fetch=True, prepare=False)
-        wire.sync()
-        assert wire.answer() == [(n,)]
+        assert _alone(wire, _unique("SELECT %(n)s::int"), n) == [(n,)]
     assert driver.execute("SELECT count(*) FROM pg_prepared_statements").fetchall() == [(0,)]
 
 
