@@ -207,15 +207,30 @@ def sends_whole(ctx: Context, call: Call[Any]) -> bool:
     return call.fused is not None and not is_contended(ctx, cast(str, call.lock_session))
 
 
-def lock_statement(ctx: Context, call: Call[Any], *, tried: bool) -> tuple[Executable, Params]:
-    """The statement that takes ``call``'s session lock (``tried``: only tries it)."""
+def lock_statement(
+    ctx: Context, call: Call[Any], *, tried: bool, announced_after: bool
+) -> tuple[Executable, Params]:
+    """The statement that takes ``call``'s session lock (``tried``: only tries it).
+    ``announced_after``: streams are woken by ``announcement``, not by the lock's
+    transaction."""
     assert call.lock_session is not None
     lock = ctx.dialect.own_try_lock if tried else ctx.dialect.own_lock
     return lock(
         call.lock_session,
-        announce=call.added_events is not None,
+        announce=call.added_events is not None and not announced_after,
         lock_timeout_ms=ctx.lock_timeout_ms,
     )
+
+
+def announcement(ctx: Context, call: Call[Any]) -> tuple[Executable, Params] | None:
+    """For a call sent whole with its commit: the statement that wakes streams of its
+    session, sent with it to run after the commit (a2sql.dialects), or ``None`` if the
+    call adds no events. Sent whether or not the call wrote: a stream woken for
+    nothing reads nothing new."""
+    if call.added_events is None:
+        return None
+    assert call.lock_session is not None
+    return ctx.dialect.announcement(call.lock_session)
 
 
 def after_the_lock(call: Call[T]) -> Call[T]:
@@ -232,7 +247,8 @@ def _fused(
     sent with it; else the clock is read once the lock is granted (only on the direct
     path, in a pipeline of two round trips)."""
     assert call.fused is not None
-    lock = lock_statement(ctx, call, tried=tried)
+    then = announcement(ctx, call) if commit else None
+    lock = lock_statement(ctx, call, tried=tried, announced_after=then is not None)
     fuse, built = call.fused, list[Fused[T]]()
     rows: Sequence[AnyRow]
 
@@ -245,9 +261,13 @@ def _fused(
         if type(connection) is DirectTransaction:
             if tried:  # the clock read now, before the lock
                 ready = statement()
-                rows = connection.pipeline(lock, lambda: ready, wait_for_lock=False, commit=commit)
+                rows = connection.pipeline(
+                    lock, lambda: ready, wait_for_lock=False, commit=commit, then=then
+                )
             else:
-                rows = connection.pipeline(lock, statement, wait_for_lock=True, commit=commit)
+                rows = connection.pipeline(
+                    lock, statement, wait_for_lock=True, commit=commit, then=then
+                )
         else:
             execute.run(connection, *lock)
             rows = execute.rows(connection, *statement())

@@ -89,6 +89,12 @@ class Dialect:
         transaction's next statement. Streams are woken only if it was granted."""
         raise NotImplementedError
 
+    def announcement(self, session_id: str) -> tuple[Select[Any], dict[str, Any]]:
+        """A statement that wakes other processes' streams of the session, in a
+        transaction of its own sent right after one that committed with its lock
+        taken without ``announce`` (PostgreSQL, a2sql.calls)."""
+        raise NotImplementedError
+
     def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
         """Lock the session for writing if no other transaction holds it; never wait."""
         raise NotImplementedError
@@ -172,11 +178,17 @@ class PostgresDialect(Dialect):
     _try_lock_call = func.pg_try_advisory_xact_lock(
         literal_column(str(SESSION_LOCK_CLASS)), func.hashtext(bindparam("sid"))
     )
-    # The notification rides on the lock statement: one round trip, not two.
+    # The notification rides on the lock statement: no round trip of its own.
     # NOTIFY is delivered at commit and only then, so a rolled back append
     # wakes nobody; a commit that added nothing (a replay) wakes streams for
-    # a re-read that finds nothing.
+    # a re-read that finds nothing. But a transaction that notifies commits
+    # under a lock of the whole database's, held while its commit record is
+    # flushed to disk: notifying writers commit one at a time. A transaction
+    # a2sql sends whole therefore notifies in a transaction of its own, sent
+    # with it (``announcement``): writing nothing, it holds that lock for no
+    # flush.
     _notify_call = func.pg_notify(literal_column(f"'{CHANNEL}'"), bindparam("sid"))
+    _announcement = select(_notify_call)
     # In a2sql's own transactions the lock statement first bounds, for this
     # transaction only (set_config's ``true``), how long it waits for a lock
     # and how long it may then sit idle: a frozen holder is cut off by the
@@ -241,6 +253,9 @@ class PostgresDialect(Dialect):
         self, session_id: str, *, announce: bool, lock_timeout_ms: int
     ) -> tuple[Select[Any], dict[str, Any]]:
         return self._own_try_lock[announce], {"sid": session_id, "wait": str(lock_timeout_ms)}
+
+    def announcement(self, session_id: str) -> tuple[Select[Any], dict[str, Any]]:
+        return self._announcement, {"sid": session_id}
 
     def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
         [(locked,)] = execute.rows(tx, self._try_lock, {"sid": session_id})

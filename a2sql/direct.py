@@ -371,11 +371,14 @@ class DirectTransaction:
         *,
         wait_for_lock: bool,
         commit: bool,
+        then: tuple[Executable, Params] | None = None,
     ) -> list[Row]:
         """BEGIN, the ``lock`` statement, the statement ``statement()`` builds and, if
         ``commit``, COMMIT, in one pipeline (a2sql.wire): the statement's rows.
         Committed, the transaction is over when this returns, and a later statement
-        begins the next one.
+        begins the next one. ``then`` (with ``commit``): a statement sent with the
+        last of them, run after the commit in a transaction of its own, whose
+        failure is not the call's.
 
         ``wait_for_lock``: two round trips, the statement built once the lock statement
         has answered (it may read the clock: after the lock, as in every transaction).
@@ -412,6 +415,10 @@ class DirectTransaction:
                     sent.append(("COMMIT", ()))
                     wire.add(COMMIT)
                 wire.sync()
+                if then is not None:
+                    assert commit, "a statement after the commit, without one"
+                    wire.add(*self._prepare(then[0]).arguments(then[1]), best_effort=True)
+                    wire.sync()
                 rows = wire.answer()
         except self._error as error:
             # Which statement failed is in the error; all of them are reported.

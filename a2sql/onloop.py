@@ -39,7 +39,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from a2sql.calls import Call, Context, collisions, lock_statement
+from a2sql.calls import Call, Context, announcement, collisions, lock_statement
 from a2sql.direct import (
     BEGIN_READ_COMMITTED,
     COMMIT,
@@ -99,9 +99,12 @@ class _Held:
         lock: tuple[Any, Params],
         statement: Any,
         params: Params,
+        then: tuple[Any, Params] | None,
     ) -> list[Row]:
         """The lock statement and ``statement`` in one pipeline, one transaction, one
-        wait: ``statement``'s rows. A failure is raised as SQLAlchemy's ``DBAPIError``."""
+        wait: ``statement``'s rows. ``then``: a statement sent with them, run after
+        the commit in a transaction of its own, whose failure is not the call's. A
+        failure is raised as SQLAlchemy's ``DBAPIError``."""
         driver, wire = self.driver, self.wire
         lock_sql, lock_arguments = prepared(lock[0], dialect).arguments(lock[1])
         compiled = prepared(statement, dialect)
@@ -115,6 +118,9 @@ class _Held:
                 if not self.implicit:
                     wire.add(COMMIT)
                 wire.sync()
+                if then is not None:
+                    wire.add(*prepared(then[0], dialect).arguments(then[1]), best_effort=True)
+                    wire.sync()
                 rows = await wire.answer_async(self._ready)
         except driver.Error as error:  # psycopg's, whichever it is
             lost = bool(driver.broken or driver.closed)
@@ -222,11 +228,12 @@ class OnLoop:
 
     async def _whole(self, held: _Held, ctx: Context, call: Call[T]) -> T | None:
         assert call.fused is not None
-        lock = lock_statement(ctx, call, tried=True)
+        then = announcement(ctx, call)
+        lock = lock_statement(ctx, call, tried=True, announced_after=then is not None)
         fused = call.fused()  # the clock read now, before the lock
         with collisions([fused]):
             rows = await held.pipeline(
-                self._engine, self._dialect, lock, fused.guarded, fused.params
+                self._engine, self._dialect, lock, fused.guarded, fused.params, then
             )
         return fused.answer(rows)
 

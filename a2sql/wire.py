@@ -55,8 +55,9 @@ _CAN_CLOSE = bool(
 # Key, in the pool's ``info`` of a driver connection, of the names prepared on it.
 _PREPARED_KEY = "a2sql_wire_prepared"
 
-# What each message queued is answered with, in order.
-_CLOSE, _PREPARE, _DISCARD, _FETCH, _SYNC = range(5)
+# What each message queued is answered with, in order (``_BEST_EFFORT``: a statement
+# whose failure is not the batch's).
+_CLOSE, _PREPARE, _DISCARD, _FETCH, _SYNC, _BEST_EFFORT = range(6)
 
 # PostgreSQL's code for: prepared statement "…" does not exist.
 _NO_SUCH_STATEMENT = "26000"
@@ -175,13 +176,16 @@ class Wire:
         arguments: Mapping[str, Any] | None = None,
         *,
         fetch: bool = False,
+        best_effort: bool = False,
     ) -> None:
         """Queue a statement: SQL as SQLAlchemy renders it for psycopg, with its
         arguments by name, or bytes without parameters. ``fetch``: its rows are the
         answer's (one statement of a pipeline). SQL with parameters is prepared on
         the server under a name of its own where the connection prepares at all
         (its ``prepare_threshold`` is set: a2sql.preparation unsets it behind a
-        pooler).
+        pooler). ``best_effort``: its failure is not raised (nor are the statements
+        up to the next ``sync`` then run); it goes unnamed, so that a failure leaves
+        no name thought prepared.
 
         A failure between the first ``add`` and the end of ``answer`` leaves the
         pipeline midway: the caller then calls ``abandon``, or queues and answers
@@ -200,8 +204,9 @@ class Wire:
         if not self._batch:
             self._contained = self._pgconn.transaction_status == pq.TransactionStatus.IDLE
         # BEGIN and COMMIT (bytes) cost nothing to parse: they go unnamed.
-        prepare = bool(names) and self._driver.prepare_threshold is not None
-        self._queue(_Queued(query, params, _FETCH if fetch else _DISCARD, prepare))
+        prepare = bool(names) and not best_effort and self._driver.prepare_threshold is not None
+        answer = _BEST_EFFORT if best_effort else _FETCH if fetch else _DISCARD
+        self._queue(_Queued(query, params, answer, prepare))
 
     def sync(self) -> None:
         """End the statements queued so far: a transaction of their own where none was
@@ -290,7 +295,7 @@ class Wire:
                 continue
             kind, name = expected.popleft()
             status = result.status
-            if kind == _SYNC:
+            if kind in (_SYNC, _BEST_EFFORT):
                 continue
             if status == pq.ExecStatus.FATAL_ERROR:
                 if self._error is None:

@@ -9,8 +9,9 @@ engine unobserved), and the trace is counted:
 - statements: each ``Bind`` (an execution of a parsed statement; an
   ``executemany`` counts one per row) and each ``Query`` (the simple protocol,
   psycopg's own ``BEGIN`` and ``COMMIT`` among them);
-- round trips: the ``Sync`` and ``Query`` messages the client sent, each of
-  which it waits on (a pipeline's statements share one ``Sync``).
+- round trips: the times the client, having sent, read an answer (a
+  pipeline written at once is one, however many transactions its ``Sync``
+  messages end).
 """
 
 from __future__ import annotations
@@ -20,6 +21,26 @@ from typing import IO, Any
 
 from psycopg import pq
 from sqlalchemy import Engine, create_engine, event
+
+
+def _direction(line: str) -> str:
+    """``F`` (the client's message) or ``B`` (the server's), with timestamps or without."""
+    fields = line.split("\t", 2)
+    return fields[0] if fields[0] in ("F", "B") else fields[1] if len(fields) > 1 else ""
+
+
+def round_trips(trace: str) -> int:
+    """In libpq's trace of a connection: how many times the client read an answer after
+    sending (each run of the client's messages followed by the server's)."""
+    trips, sending = 0, False
+    for line in trace.splitlines():
+        direction = _direction(line)
+        if direction == "F":
+            sending = True
+        elif direction == "B" and sending:
+            trips += 1
+            sending = False
+    return trips
 
 
 class Counter:
@@ -42,7 +63,12 @@ class Counter:
 
     @property
     def round_trips(self) -> int:
-        return self._sent("Sync", "Query")
+        trips = 0
+        for trace in self._traces:
+            trace.seek(0)
+            trips += round_trips(trace.read())
+            trace.seek(0, 2)
+        return trips
 
     @property
     def statements(self) -> int:

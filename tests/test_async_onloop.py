@@ -17,6 +17,7 @@ from a2sql import AsyncStore, NewEvent
 from a2sql.calls import Call, is_contended
 from a2sql.handoff import SyncPath
 from a2sql.settling import Settling
+from bench.round_trips import round_trips
 from tests.conftest import with_server_option
 from tests.holding import DEADLINE_S, ticking, wait_until_blocked_by
 from tests.statement_gate import checked_out, connections_back
@@ -52,16 +53,6 @@ class Trace:
         text = self._file.read()
         self._file.close()
         return text
-
-
-def round_trips(trace: str) -> int:
-    """The messages the client waited on: a Sync ends a pipeline, a Query is one statement."""
-    return sum(
-        1
-        for line in trace.splitlines()
-        if (fields := line.split("\t"))[1:2] == ["F"] or fields[0] == "F"
-        if any(field.strip() in ("Sync", "Query") for field in fields[2:4])
-    )
 
 
 def run(scenario: Any) -> Any:

@@ -4,8 +4,10 @@ A reviewer sees every statement an operation runs, in order, and a change to
 one shows in the diff. Each file holds the statements of one call of a fixed
 scenario (the common path: the fence holds, nothing is replayed), as the
 driver's cursor receives them, each ending with ``;`` (a COMMIT the driver
-sends itself is not among them; SQLite's ``BEGIN IMMEDIATE`` is). After changing a statement on
-purpose, write the files anew and review the diff:
+sends itself is not among them; SQLite's ``BEGIN IMMEDIATE`` is). Where a2sql's
+direct path (a2sql.direct), which nothing observes, sends other statements
+(it wakes streams after the commit), they are in ``tests/sql/postgresql/direct/``.
+After changing a statement on purpose, write the files anew and review the diff:
 
     A2SQL_WRITE_GOLDEN_SQL=1 make test PYTEST_ARGS=tests/test_golden_sql.py
 """
@@ -118,7 +120,7 @@ def test_each_operation_sends_the_sql_checked_in(
 
 def test_no_golden_file_holds_a_literal_value() -> None:
     """Values go as bound parameters: the files hold none of the scenario's values."""
-    for path in GOLDEN.glob("*/*.sql"):
+    for path in GOLDEN.glob("**/*.sql"):
         assert not re.search(r"'(e1|r1|boom|ns)'", path.read_text()), path
 
 
@@ -132,9 +134,11 @@ def test_the_direct_path_sends_the_same_sql(
 ) -> None:
     """A store nothing observes runs on the driver's cursor (a2sql.direct): it sends the
     statements of the files too, as the driver receives them, and the fused calls send
-    them in one pipeline (a2sql.wire), without BEGIN and COMMIT. (The scenario's claim
-    takes lane events never claimed, which a call sent whole leaves to the way after
-    the lock: the session is not then remembered as contended.)"""
+    them in one pipeline (a2sql.wire), without BEGIN and COMMIT; those that add events
+    wake streams after the commit, with a statement of its own in the same pipeline
+    (their files under ``direct/``). (The scenario's claim takes lane events never
+    claimed, which a call sent whole leaves to the way after the lock: the session is
+    not then remembered as contended.)"""
     monkeypatch.setattr(a2sql.calls, "CONTENDED_S", 0.0)
     url = str(request.getfixturevalue("postgres_url"))
     engine, sent = recording_engine(url, monkeypatch)
@@ -147,7 +151,15 @@ def test_the_direct_path_sends_the_same_sql(
                 call()
                 statements = [sql for sql, _ in sent if not sql.startswith(("BEGIN", "COMMIT"))]
                 text = "\n\n".join(normalized(s) for s in statements) + "\n"
-                if (GOLDEN / "postgresql" / f"{name}.sql").read_text() != text:
+                observed = (GOLDEN / "postgresql" / f"{name}.sql").read_text()
+                direct = GOLDEN / "postgresql" / "direct" / f"{name}.sql"
+                if WRITE:
+                    if text != observed:
+                        direct.parent.mkdir(exist_ok=True)
+                        direct.write_text(text)
+                    else:
+                        direct.unlink(missing_ok=True)
+                elif (direct.read_text() if direct.exists() else observed) != text:
                     mismatched.append(name)
                 if name in FUSED:
                     # Sent whole: an implicit transaction, without BEGIN and COMMIT.
@@ -158,3 +170,5 @@ def test_the_direct_path_sends_the_same_sql(
     finally:
         engine.dispose()
     assert not mismatched, f"the direct path's SQL of {', '.join(mismatched)} differs"
+    found = {p.stem for p in (GOLDEN / "postgresql" / "direct").glob("*.sql")}
+    assert found <= FUSED, "a file under direct/ for a call that is not sent whole"

@@ -138,6 +138,28 @@ def test_two_syncs_answer_in_turn(connection: Any) -> None:
     assert driver.pgconn.transaction_status == pq.TransactionStatus.IDLE
 
 
+def test_a_best_effort_statements_failure_is_not_raised(connection: Any) -> None:
+    """A statement queued ``best_effort`` after a Sync (a2sql wakes streams so, after a
+    commit): its failure leaves the answer and what committed before it as they were,
+    it is never prepared, and the connection is ready for the next pipeline."""
+    driver = connection
+    driver.execute("CREATE TEMPORARY TABLE kept (n int)")
+    wire = Wire(driver, {})
+    failing = _unique("SELECT 1 / %(zero)s::int")
+    wire.add(_unique("INSERT INTO kept VALUES (%(n)s::int) RETURNING n"), {"n": 7}, fetch=True)
+    wire.sync()
+    wire.add(failing, {"zero": 0}, best_effort=True)
+    wire.sync()
+    assert wire.answer() == [(7,)]
+    assert driver.pgconn.pipeline_status == pq.PipelineStatus.OFF
+    assert driver.pgconn.transaction_status == pq.TransactionStatus.IDLE
+    assert driver.execute("SELECT n FROM kept").fetchall() == [(7,)]
+    prepared = driver.execute("SELECT statement FROM pg_prepared_statements").fetchall()
+    marker = failing.rsplit("-- ", 1)[1]
+    assert not any(marker in statement for (statement,) in prepared)
+    assert _alone(wire, _unique("SELECT %(n)s::int"), 8) == [(8,)]
+
+
 class _Interrupted:
     def poll(self, *_args: Any) -> Any:
         raise KeyboardInterrupt
