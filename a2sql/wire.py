@@ -149,8 +149,9 @@ class Wire:
         if prepared is None:
             prepared = info[_PREPARED_KEY] = set()
         self._prepared: set[bytes] = prepared
-        # For each answer still to come: what it is, and the name a prepare is for.
-        self._expected: deque[tuple[int, bytes]] = deque()
+        # For each answer still to come: what it is, the name of the statement it is
+        # for (if prepared), and whether it is a best-effort statement's.
+        self._expected: deque[tuple[int, bytes, bool]] = deque()
         # The batch being answered, and whether it began outside any transaction (its
         # statements are then all a failure undoes, and it can be sent again).
         self._batch: list[_Queued] = []
@@ -184,8 +185,8 @@ class Wire:
         the server under a name of its own where the connection prepares at all
         (its ``prepare_threshold`` is set: a2sql.preparation unsets it behind a
         pooler). ``best_effort``: its failure is not raised (nor are the statements
-        up to the next ``sync`` then run); it goes unnamed, so that a failure leaves
-        no name thought prepared.
+        up to the next ``sync`` then run), and its name is prepared anew the next
+        time.
 
         A failure between the first ``add`` and the end of ``answer`` leaves the
         pipeline midway: the caller then calls ``abandon``, or queues and answers
@@ -204,7 +205,7 @@ class Wire:
         if not self._batch:
             self._contained = self._pgconn.transaction_status == pq.TransactionStatus.IDLE
         # BEGIN and COMMIT (bytes) cost nothing to parse: they go unnamed.
-        prepare = bool(names) and not best_effort and self._driver.prepare_threshold is not None
+        prepare = bool(names) and self._driver.prepare_threshold is not None
         answer = _BEST_EFFORT if best_effort else _FETCH if fetch else _DISCARD
         self._queue(_Queued(query, params, answer, prepare))
 
@@ -219,6 +220,8 @@ class Wire:
             pgconn.enter_pipeline_mode()
         self._batch.append(message)
         expected = self._expected
+        effort = message.answer == _BEST_EFFORT
+        name = b""
         if message.answer == _SYNC:
             pgconn.pipeline_sync()
         elif message.prepare and _CAN_CLOSE:
@@ -227,13 +230,13 @@ class Wire:
             # to send the batch again (``_send_again``): the name is not trusted.
             if name not in self._prepared or not self._contained:
                 pgconn.send_close_prepared(name)
-                expected.append((_CLOSE, b""))
+                expected.append((_CLOSE, b"", effort))
                 pgconn.send_prepare(name, message.query)
-                expected.append((_PREPARE, name))
+                expected.append((_PREPARE, name, effort))
             pgconn.send_query_prepared(name, message.params)
         else:
             pgconn.send_query_params(message.query, message.params)
-        expected.append((message.answer, b""))
+        expected.append((message.answer, name, effort))
 
     def answer(self) -> list[Row]:
         """Write what is queued and wait for every answer: the rows of the statement
@@ -293,9 +296,16 @@ class Wire:
             result = pgconn.get_result()
             if result is None:  # the end of one statement's answer
                 continue
-            kind, name = expected.popleft()
+            kind, name, effort = expected.popleft()
             status = result.status
-            if kind in (_SYNC, _BEST_EFFORT):
+            if kind == _SYNC:
+                continue
+            if effort:
+                if status not in _OK:
+                    # Gone, perhaps (its failure may be that): prepared anew next time.
+                    self._prepared.discard(name)
+                elif kind == _PREPARE:
+                    self._prepared.add(name)
                 continue
             if status == pq.ExecStatus.FATAL_ERROR:
                 if self._error is None:
