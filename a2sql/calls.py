@@ -201,36 +201,32 @@ def remember_contended(ctx: Context, session: str) -> None:
 
 
 def sends_whole(ctx: Context, call: Call[Any]) -> bool:
-    """Whether ``call`` is sent whole first, its lock only tried (``lock_statement``) and
+    """Whether ``call`` is sent whole first, its lock only tried (``lock_statements``) and
     its guarded statement with it: it has a fused statement, and its session is not
     contended."""
     return call.fused is not None and not is_contended(ctx, cast(str, call.lock_session))
 
 
-def lock_statement(
-    ctx: Context, call: Call[Any], *, tried: bool, announced_after: bool
-) -> tuple[Executable, Params]:
-    """The statement that takes ``call``'s session lock (``tried``: only tries it).
-    ``announced_after``: streams are woken by ``announcement``, not by the lock's
-    transaction."""
-    assert call.lock_session is not None
+def lock_statements(
+    ctx: Context, call: Call[Any], *, tried: bool, commits: bool
+) -> tuple[tuple[Executable, Params], tuple[Executable, Params] | None]:
+    """The statement that takes ``call``'s session lock (``tried``: only tries it), and
+    the one that wakes streams of its session, or ``None``.
+
+    ``commits``: the transaction is sent whole with its COMMIT, and a call that adds
+    events wakes streams with the second statement, sent with it to run after the
+    commit (a2sql.dialects), whether or not the call wrote: a stream woken for
+    nothing reads nothing new. Otherwise the lock statement itself notifies, and
+    the second is ``None``."""
+    session = call.lock_session
+    assert session is not None
+    adds = call.added_events is not None
+    then = ctx.dialect.announcement(session) if adds and commits else None
     lock = ctx.dialect.own_try_lock if tried else ctx.dialect.own_lock
-    return lock(
-        call.lock_session,
-        announce=call.added_events is not None and not announced_after,
-        lock_timeout_ms=ctx.lock_timeout_ms,
+    return (
+        lock(session, announce=adds and then is None, lock_timeout_ms=ctx.lock_timeout_ms),
+        then,
     )
-
-
-def announcement(ctx: Context, call: Call[Any]) -> tuple[Executable, Params] | None:
-    """For a call sent whole with its commit: the statement that wakes streams of its
-    session, sent with it to run after the commit (a2sql.dialects), or ``None`` if the
-    call adds no events. Sent whether or not the call wrote: a stream woken for
-    nothing reads nothing new."""
-    if call.added_events is None:
-        return None
-    assert call.lock_session is not None
-    return ctx.dialect.announcement(call.lock_session)
 
 
 def after_the_lock(call: Call[T]) -> Call[T]:
@@ -247,8 +243,7 @@ def _fused(
     sent with it; else the clock is read once the lock is granted (only on the direct
     path, in a pipeline of two round trips)."""
     assert call.fused is not None
-    then = announcement(ctx, call) if commit else None
-    lock = lock_statement(ctx, call, tried=tried, announced_after=then is not None)
+    lock, then = lock_statements(ctx, call, tried=tried, commits=commit)
     fuse, built = call.fused, list[Fused[T]]()
     rows: Sequence[AnyRow]
 

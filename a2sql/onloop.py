@@ -39,7 +39,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from a2sql.calls import Call, Context, announcement, collisions, lock_statement
+from a2sql.calls import Call, Context, collisions, lock_statements
 from a2sql.direct import (
     BEGIN_READ_COMMITTED,
     COMMIT,
@@ -228,8 +228,7 @@ class OnLoop:
 
     async def _whole(self, held: _Held, ctx: Context, call: Call[T]) -> T | None:
         assert call.fused is not None
-        then = announcement(ctx, call)
-        lock = lock_statement(ctx, call, tried=True, announced_after=then is not None)
+        lock, then = lock_statements(ctx, call, tried=True, commits=True)
         fused = call.fused()  # the clock read now, before the lock
         with collisions([fused]):
             rows = await held.pipeline(

@@ -17,6 +17,7 @@ engine unobserved), and the trace is counted:
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from typing import IO, Any
 
 from psycopg import pq
@@ -49,30 +50,29 @@ class Counter:
     def __init__(self) -> None:
         self._traces: list[IO[str]] = []
 
-    def _sent(self, *messages: str) -> int:
-        """How many of the client's messages so far were one of ``messages``."""
-        sent = 0
+    def _texts(self) -> Iterator[str]:
+        """Each connection's trace so far (libpq goes on appending at the end)."""
         for trace in self._traces:
             trace.seek(0)
-            for line in trace:
-                fields = line.split("\t")
-                if fields[0] == "F" and len(fields) > 2 and fields[2].strip() in messages:
-                    sent += 1
+            text = trace.read()
             trace.seek(0, 2)
-        return sent
+            yield text
 
     @property
     def round_trips(self) -> int:
-        trips = 0
-        for trace in self._traces:
-            trace.seek(0)
-            trips += round_trips(trace.read())
-            trace.seek(0, 2)
-        return trips
+        return sum(round_trips(text) for text in self._texts())
 
     @property
     def statements(self) -> int:
-        return self._sent("Bind", "Query")
+        """The client's ``Bind`` and ``Query`` messages so far."""
+        return sum(
+            1
+            for text in self._texts()
+            for line in text.splitlines()
+            if (fields := line.split("\t"))[0] == "F"
+            and len(fields) > 2
+            and fields[2].strip() in ("Bind", "Query")
+        )
 
     def trace(self, engine: Engine) -> None:
         """Trace every connection ``engine`` opens from now on (sync or asyncio)."""
