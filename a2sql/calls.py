@@ -224,7 +224,7 @@ def lock_statements(
     then = ctx.dialect.announcement(session) if adds and commits else None
     lock = ctx.dialect.own_try_lock if tried else ctx.dialect.own_lock
     return (
-        lock(session, announce=adds and then is None, lock_timeout_ms=ctx.lock_timeout_ms),
+        lock(session, announce=adds and not commits, lock_timeout_ms=ctx.lock_timeout_ms),
         then,
     )
 

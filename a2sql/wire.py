@@ -300,12 +300,10 @@ class Wire:
             status = result.status
             if kind == _SYNC:
                 continue
-            if effort:
-                if status not in _OK:
-                    # Gone, perhaps (its failure may be that): prepared anew next time.
-                    self._prepared.discard(name)
-                elif kind == _PREPARE:
-                    self._prepared.add(name)
+            if effort and status not in _OK:
+                # Not the batch's failure. Gone, perhaps (its failure may be that):
+                # prepared anew next time.
+                self._prepared.discard(name)
                 continue
             if status == pq.ExecStatus.FATAL_ERROR:
                 if self._error is None:

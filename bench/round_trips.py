@@ -24,10 +24,15 @@ from psycopg import pq
 from sqlalchemy import Engine, create_engine, event
 
 
-def _direction(line: str) -> str:
-    """``F`` (the client's message) or ``B`` (the server's), with timestamps or without."""
-    fields = line.split("\t", 2)
-    return fields[0] if fields[0] in ("F", "B") else fields[1] if len(fields) > 1 else ""
+def _message(line: str) -> tuple[str, str]:
+    """A trace line's direction, ``F`` (the client's message) or ``B`` (the server's),
+    and the message's name, with timestamps or without (``("", "")`` for neither)."""
+    fields = line.split("\t", 4)
+    if fields[0] not in ("F", "B"):
+        fields = fields[1:]
+    if not fields or fields[0] not in ("F", "B"):
+        return "", ""
+    return fields[0], fields[2].strip() if len(fields) > 2 else ""
 
 
 def round_trips(trace: str) -> int:
@@ -35,7 +40,7 @@ def round_trips(trace: str) -> int:
     sending (each run of the client's messages followed by the server's)."""
     trips, sending = 0, False
     for line in trace.splitlines():
-        direction = _direction(line)
+        direction, _ = _message(line)
         if direction == "F":
             sending = True
         elif direction == "B" and sending:
@@ -69,9 +74,7 @@ class Counter:
             1
             for text in self._texts()
             for line in text.splitlines()
-            if (fields := line.split("\t"))[0] == "F"
-            and len(fields) > 2
-            and fields[2].strip() in ("Bind", "Query")
+            if _message(line) in (("F", "Bind"), ("F", "Query"))
         )
 
     def trace(self, engine: Engine) -> None:
