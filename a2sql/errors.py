@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
@@ -32,6 +33,13 @@ class A2Error(Exception):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled, as multiprocessing and concurrent.futures send a worker's error
+        # to its parent, an exception is rebuilt from its ``args``: here the one
+        # formatted message, which __init__ would refuse. A pool whose result
+        # cannot be rebuilt hangs.
+        return (type(self), (self.code, self.message), self.__dict__)
 
 
 # The unique index on event ids: a race between two sessions appending the
