@@ -24,6 +24,7 @@ from bench.workloads import Params
 WORKLOADS = (
     "append",
     "cycle",
+    "idle",
     "batch",
     "contention",
     "scale",

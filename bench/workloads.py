@@ -201,6 +201,43 @@ def cycle(p: Params) -> dict[str, Any]:
     return _result("cycle", p, ops, rounds, watch, cases)
 
 
+def idle_op(impl: Impl, session_id: str, *, busy: bool) -> Callable[[int], None]:
+    """A claim that finds nothing free, as a worker's poll of an idle session: the session
+    holds one event, completed (settled) or claimed for TTL_MS by an earlier claim (busy)."""
+    last = impl.append(session_id, [payload(0)])
+    [(index, attempt)] = impl.claim(session_id)
+    check(index == last, f"{impl.name}: the idle session's claim took {index}, not {last}")
+    if not busy:
+        check(impl.complete(session_id, index, attempt, []), f"{impl.name}: not completed")
+
+    def op(i: int) -> None:
+        claimed = impl.claim(session_id)
+        check(claimed == [], f"{impl.name}: a claim on an idle session took {claimed}")
+
+    return op
+
+
+def idle(p: Params) -> dict[str, Any]:
+    """claim_available on a session with nothing free: all settled, or the one event busy."""
+    ops = default(p.ops, sqlite=2000, postgres=400, engine=p.engine)
+    rounds = p.rounds or 5
+    watch = Stopwatch()
+    cases = []
+    with Run(p.engine, floor=p.engine == "postgres") as run:
+        for case, busy in (("settled", False), ("busy", True)):
+            a2, base, *floor = interleaved(
+                run.impls,
+                lambda impl, busy=busy, case=case: idle_op(
+                    impl, f"{impl.name}/idle/{case}", busy=busy
+                ),
+                ops=ops,
+                rounds=rounds,
+                warmup=max(ops // 10, 10),
+            )
+            cases.append(compare(case, a2, base, floor=floor[0] if floor else None))
+    return _result("idle", p, ops, rounds, watch, cases)
+
+
 def _on_own_session(
     make_op: Callable[[Impl, str], Callable[[int], None]], case: str
 ) -> Callable[[Impl], Callable[[int], None]]:

@@ -1,10 +1,11 @@
-"""Helpers for tests that hold a lock against an AsyncStore's call (with the ``holder``
-fixture, tests/conftest.py) and watch the event loop meanwhile: a wait until a call is
-blocked on the lock, and a ticker that counts the loop's turns."""
+"""Helpers for tests that hold a lock against a call (with the ``holder`` fixture,
+tests/conftest.py, or a transaction of their own) and watch the event loop meanwhile:
+waits until a call is blocked on the lock, and a ticker that counts the loop's turns."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -33,6 +34,25 @@ async def wait_until_blocked_by(holder: Connection) -> None:
     finally:
         engine.dispose()
     raise AssertionError("the call never blocked on the held lock")
+
+
+def wait_until_a_lock_is_awaited(url: str, locktype: str = "advisory") -> None:
+    """Until a backend waits for a lock of ``locktype`` (a session's lock: advisory)."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as probe:
+            for _ in range(500):
+                waiting = probe.execute(
+                    text("select count(*) from pg_locks where locktype = :type and not granted"),
+                    {"type": locktype},
+                ).scalar_one()
+                probe.rollback()
+                if waiting:
+                    return
+                time.sleep(0.01)
+    finally:
+        engine.dispose()
+    raise AssertionError("the call never waited for the session's lock")
 
 
 class Ticks:

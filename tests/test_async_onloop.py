@@ -96,6 +96,30 @@ def test_the_hot_writes_go_from_the_loop_in_one_round_trip_each(
     assert run(scenario) == [1, 1, 1, 1]
 
 
+def test_a_claim_from_the_loop_that_finds_nothing_free_is_one_round_trip(
+    postgres_url: str, handed_off: list[Call[Any]]
+) -> None:
+    """Busy, then settled: the claim's own statement answers, in the one round trip."""
+
+    async def scenario() -> list[tuple[str, int]]:
+        async with a2sql.create_async_store(postgres_url, migrate=True) as store:
+            await store.append("s", [NewEvent("t", 0)])  # a connection kept from now on
+            claimed = await store.claim_available("s", holder="w", ttl_ms=60_000)
+            answers = []
+            for step in range(2):
+                if step == 1:
+                    await store.complete_attempt("s", index=1, attempt=1, events=[])
+                trace = Trace(store)
+                claim = await store.claim_available("s", holder="w", ttl_ms=60_000)
+                answers.append((claim.outcome, round_trips(trace.read())))
+                if step == 0:
+                    assert claim.retry_at == claimed.events[0].claim_expires_at
+            assert handed_off == []
+            return answers
+
+    assert run(scenario) == [("busy", 1), ("settled", 1)]
+
+
 @pytest.mark.parametrize("level", ["read committed", "serializable"])
 def test_a_call_from_the_loop_begins_read_committed_unless_that_is_the_default(
     postgres_url: str, level: str

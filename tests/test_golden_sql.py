@@ -45,6 +45,8 @@ def scenario(store: Store) -> Iterator[tuple[str, Callable[[], Any]]]:
     )
     yield "read", lambda: store.read("s")
     yield "claim_available", lambda: store.claim_available("s", holder="w", ttl_ms=60_000)
+    # Nothing free now: the same statement answers until when.
+    yield "claim_available_busy", lambda: store.claim_available("s", holder="w", ttl_ms=60_000)
     yield (
         "renew_claims",
         lambda: store.renew_claims("s", holder="w", claims=[ClaimRef(1, 1)], ttl_ms=60_000),
@@ -126,7 +128,7 @@ def test_no_golden_file_holds_a_literal_value() -> None:
 
 # The calls whose common case is one pipeline on PostgreSQL's direct path
 # (a2sql.ops.fused): the lock tried and one statement, in one implicit transaction.
-FUSED = {"append", "claim_available", "complete_attempt", "fail_attempt"}
+FUSED = {"append", "claim_available", "claim_available_busy", "complete_attempt", "fail_attempt"}
 
 
 def test_the_direct_path_sends_the_same_sql(

@@ -21,6 +21,7 @@ import a2sql
 from a2sql import A2Error, ClaimRef, ErrorCode, NewEvent
 from a2sql.testing import FakeClock
 from tests.conftest import with_server_option
+from tests.holding import wait_until_a_lock_is_awaited
 from tests.recording import recording_engine
 
 
@@ -51,6 +52,8 @@ def test_times_at_the_ends_of_the_calendar_stay_readable_in_any_server_zone(
         store.append("s", [NewEvent(type="t", payload={}, id="e1")])
         claim = store.claim_available("s", holder="w", ttl_ms=1000, expires_at=expires_at)
         assert claim.outcome == "claimed"
+        busy = store.claim_available("s", holder="w", ttl_ms=1000)  # answered with the claim
+        assert (busy.outcome, busy.retry_at) == ("busy", expires_at)
         assert [e.created_at for e in store.read("s")] == [start]
         assert store.inspect.session("s").updated_at == start  # type: ignore[union-attr]
         page = store.inspect.read_events("s")
@@ -397,24 +400,6 @@ def test_a_write_whose_clock_was_read_before_a_rival_wrote_carries_a_later_time(
         assert RACES[race](store, rival) == t0 + timedelta(seconds=10)
 
 
-def _wait_until_a_lock_is_awaited(url: str, locktype: str = "advisory") -> None:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as probe:
-            for _ in range(500):
-                waiting = probe.execute(
-                    text("select count(*) from pg_locks where locktype = :type and not granted"),
-                    {"type": locktype},
-                ).scalar_one()
-                probe.rollback()
-                if waiting:
-                    return
-                time.sleep(0.01)
-    finally:
-        engine.dispose()
-    raise AssertionError("the call never waited for the session's lock")
-
-
 def _failed_at(store: a2sql.Store) -> datetime | None:
     store.fail_attempt("s", index=1, attempt=1, error="e", max_failures=3)
     return store.read("s")[0].last_failed_at
@@ -454,7 +439,7 @@ def test_a_write_that_waited_for_the_session_lock_carries_the_time_after_it(
             assert held.wait(10)
             writer = threading.Thread(target=lambda: stamped.append(calls[call]()))
             writer.start()
-            _wait_until_a_lock_is_awaited(pg_url)
+            wait_until_a_lock_is_awaited(pg_url)
             later = clock.advance(seconds=5)
         finally:
             done.set()
@@ -478,7 +463,7 @@ def _lose_a_race_for(store: a2sql.Store, rival: a2sql.Store, event_id: str, url:
         rival.using(connection).append("rival", [NewEvent("t", 0, id=event_id)])
         racer = threading.Thread(target=append)
         racer.start()
-        _wait_until_a_lock_is_awaited(url, "transactionid")
+        wait_until_a_lock_is_awaited(url, "transactionid")
     racer.join(10)
     assert codes == [ErrorCode.PARTIAL_DUPLICATE_BATCH]
 

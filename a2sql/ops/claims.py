@@ -114,13 +114,15 @@ def claim_statement(excluding: bool, limited: bool) -> Update:
 
 # The earliest unexpired claim: first in a2_events_claim_expiry (see
 # a2sql.ops.events on reading firsts in index order).
-NEXT_EXPIRY = select(
+NEXT_EXPIRY_AT = (
     select(E.c.claim_expires_at)
     .where(*DISPATCHABLE, E.c.claim_expires_at > NOW)
     .order_by(E.c.session_id, E.c.claim_expires_at)
     .limit(ONE_ROW)
     .scalar_subquery()
+    .label("retry_at")
 )
+NEXT_EXPIRY = select(NEXT_EXPIRY_AT)
 
 CURRENT_ATTEMPTS = select(E.c.idx, E.c.attempt_count).where(
     E.c.session_id == SESSION, E.c.idx.in_(bindparam("indexes", expanding=True))
@@ -178,6 +180,12 @@ def claim_available(
     if claimed:
         return ClaimResult("claimed", claimed)
     [(retry_at,)] = execute.rows(tx, NEXT_EXPIRY, {"sid": session_id, "now": now})
+    return nothing_free(retry_at)
+
+
+def nothing_free(retry_at: datetime | None) -> ClaimResult:
+    """A claim that took nothing: ``retry_at`` is the session's earliest claim expiry
+    after the claim's time (NEXT_EXPIRY), ``None`` when no event is dispatchable."""
     if retry_at is None:
         return ClaimResult("settled")
     return ClaimResult("busy", retry_at=retry_at)

@@ -4,11 +4,11 @@ one statement after the session's lock (PostgreSQL).
 On PostgreSQL a2sql's cost is round trips. Each of these calls has a common
 case that one statement can do whole on the server: number an append's events
 after the session's last index; mark an event completed, promote its lane's
-next event and insert what the handler returned; claim; count a failure. The
-statement writes only when its answer is final. When it writes nothing (an id
-is already taken, the attempt no longer holds the event, nothing is free to
-claim), its ``answer`` is ``None`` and the call's full path runs and says why,
-reading what it needs (a2sql.calls).
+next event and insert what the handler returned; claim, or say until when
+nothing is free; count a failure. The statement writes only when its answer
+is final. When its answer is not (an id is already taken, the attempt no
+longer holds the event), it writes nothing, its ``answer`` is ``None`` and the
+call's full path runs and says why, reading what it needs (a2sql.calls).
 
 In a transaction of a2sql's own the statement first goes out ``guarded``,
 right behind a lock statement that only tries the session's lock (never
@@ -45,11 +45,11 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from sqlalchemy import (
     Boolean,
     ColumnElement,
+    CompoundSelect,
     Executable,
     Insert,
     Select,
     Text,
-    Update,
     and_,
     any_,
     bindparam,
@@ -63,6 +63,7 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    union_all,
 )
 from sqlalchemy.dialects import postgresql
 
@@ -80,7 +81,14 @@ from a2sql.ops.attempts import (
     promote_lane_head,
     returned_id_taken,
 )
-from a2sql.ops.claims import claim, claim_statement, claimable, claimed_events
+from a2sql.ops.claims import (
+    NEXT_EXPIRY_AT,
+    claim,
+    claim_statement,
+    claimable,
+    claimed_events,
+    nothing_free,
+)
 from a2sql.ops.events import (
     HAS_PENDING,
     INSERTED_COLUMNS,
@@ -91,6 +99,7 @@ from a2sql.ops.events import (
 )
 from a2sql.records import AppendResult, ClaimResult, CompleteResult, EventCause, FailResult
 from a2sql.schema import events as E
+from a2sql.types import Timestamp
 
 T = TypeVar("T")
 
@@ -384,8 +393,8 @@ def claim_available(
     exclude_indexes: Sequence[int],
     limit: int | None,
 ) -> Fused[ClaimResult]:
-    """A claim that takes something; when nothing is free, the full path says until when."""
-    statement, params = claim(
+    """A claim; when nothing is free, its answer says until when, as the full path's."""
+    _, params = claim(
         session_id,
         holder=holder,
         now=now,
@@ -393,22 +402,56 @@ def claim_available(
         exclude_indexes=exclude_indexes,
         limit=limit,
     )
-    guarded = _guarded_claim(bool(exclude_indexes), limit is not None)
+    excluding, limited = bool(exclude_indexes), limit is not None
 
     def answer(rows: Sequence[AnyRow]) -> ClaimResult | None:
         if not rows:
             return None
+        if rows[0][0] is None:  # no event: nothing was free
+            return nothing_free(rows[0][-1])
+        events = [row[:-1] for row in rows]
         return ClaimResult(
             "claimed",
-            claimed_events(rows, session_id, holder=holder, now=now, expires_at=expires_at),
+            claimed_events(events, session_id, holder=holder, now=now, expires_at=expires_at),
         )
 
-    return Fused(statement, guarded, params, answer)
+    return Fused(
+        _claim_or_next_expiry(excluding, limited, guarded=False),
+        _claim_or_next_expiry(excluding, limited, guarded=True),
+        params,
+        answer,
+    )
+
+
+_CLAIMABLE = E.alias("claimable_event")
 
 
 @cache
-def _guarded_claim(excluding: bool, limited: bool) -> Update:
-    return claim_statement(excluding, limited).where(GRANTED, _not_before_freed(excluding, limited))
+def _claim_or_next_expiry(excluding: bool, limited: bool, *, guarded: bool) -> CompoundSelect[Any]:
+    """The claim, its rows with a last column ``retry_at`` (NULL); when nothing is free
+    to claim at ``now``, one row instead, NULL but for ``retry_at``: the session's
+    earliest claim expiry after ``now`` (NEXT_EXPIRY_AT; NULL when no event is
+    dispatchable), which the full path reads in a statement of its own. Guarded, the
+    row comes only if the lock was granted: with nothing free, no time the claim
+    follows can be later than ``now`` (the guard looks at free events only).
+
+    Every part of the statement sees the database as it was before it, so the row
+    comes exactly when the claim takes nothing for want of free events (its limit is
+    at least 1). The claim's columns are converted once, by the outer select, as a
+    read gives them (times in UTC, payloads as text)."""
+    statement = claim_statement(excluding, limited)
+    free_now = claimable(_CLAIMABLE, _CLAIMABLE.c.idx, excluding=excluding, limited=False)
+    conditions = [~exists(free_now)]
+    if guarded:
+        statement = statement.where(GRANTED, _not_before_freed(excluding, limited))
+        conditions.insert(0, GRANTED)
+    claimed = statement.cte("claimed")
+    return union_all(
+        select(*claimed.c, cast(null(), Timestamp()).label(NEXT_EXPIRY_AT.name)),
+        select(*(null().label(column.name) for column in claimed.c), NEXT_EXPIRY_AT).where(
+            *conditions
+        ),
+    )
 
 
 GUARDED_FAIL = FAIL_IF_CURRENT.where(GRANTED, NOT_BEFORE_CLAIM)
