@@ -28,8 +28,13 @@ statements of its own, as an application's transaction on the same engine
 may: a batch that finds a name gone, and that the failure undid whole (it
 began outside any transaction), is sent again, once, every name prepared
 anew. A name is closed before it is prepared (which the server allows
-whether or not it exists), and in a transaction begun before the batch it is
-never trusted.
+whether or not it exists). In a transaction begun before the batch, where a
+failure could not be undone, a name is trusted only inside ``with wire:``, and
+only if it was prepared since a name that ran there: ``DEALLOCATE ALL`` takes
+every name at once, so none prepared after one still there was taken. That is
+the way after the lock (BEGIN and the lock, then the statement): prepared
+again in every transaction, the statement was parsed and planned while the
+session's lock was held.
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ _CAN_CLOSE = bool(
 
 # Key, in the pool's ``info`` of a driver connection, of the names prepared on it.
 _PREPARED_KEY = "a2sql_wire_prepared"
+# The order names were prepared in, on any connection: each name prepared on a
+# connection is kept with the next of these.
+_SERIALS = itertools.count()
 
 # What each message queued is answered with, in order (``_BEST_EFFORT``: a statement
 # whose failure is not the batch's).
@@ -132,9 +140,11 @@ class Wire:
         "_encoding",
         "_error",
         "_expected",
+        "_inside",
         "_pgconn",
         "_poll",
         "_prepared",
+        "_proven",
         "_rows",
         "_sent_again",
         "_tx",
@@ -147,8 +157,14 @@ class Wire:
         self._encoding = self._tx.encoding
         prepared = info.get(_PREPARED_KEY)
         if prepared is None:
-            prepared = info[_PREPARED_KEY] = set()
-        self._prepared: set[bytes] = prepared
+            prepared = info[_PREPARED_KEY] = {}
+        # Each name prepared on the connection, and when (``_SERIALS``).
+        self._prepared: dict[bytes, int] = prepared
+        # Inside ``with wire:`` (``_inside``): no name prepared since this serial can
+        # have been deallocated (one prepared then was just run); ``None``: none is
+        # known.
+        self._inside = False
+        self._proven: int | None = None
         # For each answer still to come: what it is, the name of the statement it is
         # for (if prepared), and whether it is a best-effort statement's.
         self._expected: deque[tuple[int, bytes, bool]] = deque()
@@ -164,10 +180,13 @@ class Wire:
         self._poll.register(self._pgconn.socket, select.POLLIN)
 
     def __enter__(self) -> Wire:
+        self._inside, self._proven = True, None
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        """A failure inside ``with wire:`` abandons a pipeline it left midway."""
+        """A failure inside ``with wire:`` abandons a pipeline it left midway. Outside
+        the block the connection is psycopg's, which may deallocate every name."""
+        self._inside, self._proven = False, None
         if kind is not None:
             self.abandon()
 
@@ -226,9 +245,7 @@ class Wire:
             pgconn.pipeline_sync()
         elif message.prepare and _CAN_CLOSE:
             name = _name(message.query)
-            # In a transaction begun before the batch, a failure could not be undone
-            # to send the batch again (``_send_again``): the name is not trusted.
-            if name not in self._prepared or not self._contained:
+            if not self._trusted(name):
                 pgconn.send_close_prepared(name)
                 expected.append((_CLOSE, b"", effort))
                 pgconn.send_prepare(name, message.query)
@@ -237,6 +254,19 @@ class Wire:
         else:
             pgconn.send_query_params(message.query, message.params)
         expected.append((message.answer, name, effort))
+
+    def _trusted(self, name: bytes) -> bool:
+        """Whether ``name`` is run as prepared, without preparing it again. In a batch
+        begun outside any transaction, if it was prepared: a failure because it is
+        gone undoes the whole batch, which is then sent again (``_send_again``). In a
+        transaction begun before, where that failure could not be undone, only if it
+        was prepared since a name that ran inside ``with wire:``: ``DEALLOCATE ALL``
+        takes every name at once, so none prepared after one that is still there was
+        taken."""
+        serial = self._prepared.get(name)
+        if serial is None:
+            return False
+        return self._contained or (self._proven is not None and serial >= self._proven)
 
     def answer(self) -> list[Row]:
         """Write what is queued and wait for every answer: the rows of the statement
@@ -303,7 +333,7 @@ class Wire:
             if effort and status not in _OK:
                 # Not the batch's failure. Gone, perhaps (its failure may be that):
                 # prepared anew next time.
-                self._prepared.discard(name)
+                self._prepared.pop(name, None)
                 continue
             if status == pq.ExecStatus.FATAL_ERROR:
                 if self._error is None:
@@ -318,13 +348,23 @@ class Wire:
                 if self._error is None:
                     self._error = errors.InterfaceError(f"unexpected answer: {status.name}")
             elif kind == _PREPARE:
-                self._prepared.add(name)
-            elif kind == _FETCH:
-                tx = self._tx
-                tx.set_pgresult(result)
-                self._rows = tx.load_rows(0, result.ntuples, tuple)
+                self._prepared[name] = next(_SERIALS)
+            elif kind != _CLOSE:  # run (closing a name says nothing of it)
+                if name:
+                    self._prove(name)
+                if kind == _FETCH:
+                    tx = self._tx
+                    tx.set_pgresult(result)
+                    self._rows = tx.load_rows(0, result.ntuples, tuple)
         pgconn.exit_pipeline_mode()
         return True
+
+    def _prove(self, name: bytes) -> None:
+        """``name`` ran as prepared: so did, as far as deallocation goes, every name
+        prepared since."""
+        serial = self._prepared.get(name)
+        if self._inside and serial is not None and (self._proven is None or serial < self._proven):
+            self._proven = serial
 
     def _send_again(self) -> bool:
         """When the batch failed because a name it trusted was no longer prepared
@@ -341,6 +381,7 @@ class Wire:
             return False
         self._sent_again = True
         self._prepared.clear()
+        self._proven = None
         self._error = None
         self._rows = []
         batch, self._batch = self._batch, []
@@ -363,6 +404,7 @@ class Wire:
         """Prepare every statement anew: for after a rollback through psycopg, which may
         have deallocated them."""
         self._prepared.clear()
+        self._proven = None
 
     def abandon(self) -> None:
         """After a failure with a pipeline midway (a lost connection, an interrupt, an

@@ -3,8 +3,10 @@ read back as psycopg's cursors would give them, and a failure as a cursor raises
 
 from __future__ import annotations
 
+import re
+import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -233,8 +235,8 @@ def test_a_batch_that_finds_its_names_deallocated_is_sent_again_once(
 
 
 def test_in_a_transaction_begun_before_the_batch_no_name_is_trusted(connection: Any) -> None:
-    """A failure there could not be undone to send the batch again: the names it uses
-    are prepared anew (the way after the lock: BEGIN and the lock, then the rest)."""
+    """A failure there could not be undone to send the batch again: outside ``with
+    wire:``, the names it uses are prepared anew."""
     driver = connection
     wire = Wire(driver, {})
     sql = _unique("SELECT %(n)s::int")
@@ -247,6 +249,63 @@ def test_in_a_transaction_begun_before_the_batch_no_name_is_trusted(connection: 
     wire.add(b"COMMIT")
     wire.sync()
     assert wire.answer() == [(2,)]
+
+
+def _after_the_lock(wire: Wire, lock: str, sql: str, n: int) -> list[Any]:
+    """As the way after the lock, inside ``with wire:``: BEGIN and ``lock`` answered,
+    then ``sql`` and COMMIT: ``sql``'s rows."""
+    with wire:
+        wire.add(b"BEGIN")
+        wire.add(lock, {"n": n})
+        wire.sync()
+        wire.answer()
+        wire.add(sql, {"n": n}, fetch=True)
+        wire.add(b"COMMIT")
+        wire.sync()
+        return wire.answer()
+
+
+def _prepared_by(driver: Any, run: Callable[[], object]) -> int:
+    """How many statements ``run`` prepared on ``driver`` by name: the Parse messages in
+    libpq's trace."""
+    with tempfile.TemporaryFile("w+") as trace:
+        driver.pgconn.trace(trace.fileno())
+        driver.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            run()
+        finally:
+            driver.pgconn.untrace()
+        trace.seek(0)
+        return sum(1 for line in trace if re.match(r"F\t\d+\tParse\t \"[^\"]", line))
+
+
+def test_inside_with_wire_a_name_prepared_since_one_that_ran_is_trusted(connection: Any) -> None:
+    """The way after the lock, again: its statement is not prepared again in every
+    transaction, where the session's lock is held while the server parses and plans
+    it (4 processes on one session ran 20-30% slower for it). The lock's name ran
+    in the batch before, prepared before the statement's: no DEALLOCATE ALL came
+    between, or it would be gone."""
+    driver = connection
+    wire = Wire(driver, {})
+    lock, sql = _unique("SELECT %(n)s::int"), _unique("SELECT %(n)s::int + 1")
+    assert _after_the_lock(wire, lock, sql, 1) == [(2,)]
+    rows: list[Any] = []
+    assert _prepared_by(driver, lambda: rows.extend(_after_the_lock(wire, lock, sql, 2))) == 0
+    assert rows == [(3,)]
+
+
+def test_a_name_that_ran_proves_nothing_of_one_prepared_before_it(connection: Any) -> None:
+    """DEALLOCATE ALL between two names' preparations: the later one runs, and the
+    earlier one, gone, is prepared again in the transaction begun before."""
+    driver = connection
+    wire = Wire(driver, {})
+    earlier, lock = _unique("SELECT %(n)s::int + 1"), _unique("SELECT %(n)s::int")
+    assert _alone(wire, earlier, 1) == [(2,)]
+    driver.execute("DEALLOCATE ALL")
+    assert _alone(wire, lock, 1) == [(1,)]
+    rows: list[Any] = []
+    assert _prepared_by(driver, lambda: rows.extend(_after_the_lock(wire, lock, earlier, 3))) == 1
+    assert rows == [(4,)]
 
 
 def test_a_name_prepared_already_is_prepared_again_after_forget(connection: Any) -> None:
