@@ -166,39 +166,47 @@ def _result(
     }
 
 
-def append(p: Params) -> dict[str, Any]:
-    """One event per call into one session; and one per call round-robin over 1000 sessions."""
-    ops = default(p.ops, sqlite=2000, postgres=400, engine=p.engine)
+MakeOp = Callable[[Impl], Callable[[int], None]]
+
+
+def _against_the_floor(
+    p: Params, name: str, ops: int, cases: list[tuple[str, MakeOp]]
+) -> dict[str, Any]:
+    """Each case's operation run by a2sql, the baseline and, on PostgreSQL, the
+    one-round-trip-per-transaction floor, interleaved, on one database."""
     rounds = p.rounds or 5
     watch = Stopwatch()
-    cases = []
+    compared = []
     with Run(p.engine, floor=p.engine == "postgres") as run:
-        for case, make in (
-            ("one_session", lambda impl: append_one_op(impl, f"{impl.name}/append")),
-            ("many_sessions", lambda impl: append_many_op(impl, f"{impl.name}/many/")),
-        ):
+        for case, make in cases:
             a2, base, *floor = interleaved(
                 run.impls, make, ops=ops, rounds=rounds, warmup=max(ops // 10, 10)
             )
-            cases.append(compare(case, a2, base, floor=floor[0] if floor else None))
-    return _result("append", p, ops, rounds, watch, cases)
+            compared.append(compare(case, a2, base, floor=floor[0] if floor else None))
+    return _result(name, p, ops, rounds, watch, compared)
+
+
+def append(p: Params) -> dict[str, Any]:
+    """One event per call into one session; and one per call round-robin over 1000 sessions."""
+    return _against_the_floor(
+        p,
+        "append",
+        default(p.ops, sqlite=2000, postgres=400, engine=p.engine),
+        [
+            ("one_session", lambda impl: append_one_op(impl, f"{impl.name}/append")),
+            ("many_sessions", lambda impl: append_many_op(impl, f"{impl.name}/many/")),
+        ],
+    )
 
 
 def cycle(p: Params) -> dict[str, Any]:
     """append 1, claim_available, complete_attempt returning 1 child; one session."""
-    ops = default(p.ops, sqlite=2000, postgres=200, engine=p.engine)
-    rounds = p.rounds or 5
-    watch = Stopwatch()
-    with Run(p.engine, floor=p.engine == "postgres") as run:
-        a2, base, *floor = interleaved(
-            run.impls,
-            lambda impl: cycle_op(impl, f"{impl.name}/cycle"),
-            ops=ops,
-            rounds=rounds,
-            warmup=max(ops // 10, 10),
-        )
-        cases = [compare("cycle", a2, base, floor=floor[0] if floor else None)]
-    return _result("cycle", p, ops, rounds, watch, cases)
+    return _against_the_floor(
+        p,
+        "cycle",
+        default(p.ops, sqlite=2000, postgres=200, engine=p.engine),
+        [("cycle", lambda impl: cycle_op(impl, f"{impl.name}/cycle"))],
+    )
 
 
 def idle_op(impl: Impl, session_id: str, *, busy: bool) -> Callable[[int], None]:
@@ -219,23 +227,15 @@ def idle_op(impl: Impl, session_id: str, *, busy: bool) -> Callable[[int], None]
 
 def idle(p: Params) -> dict[str, Any]:
     """claim_available on a session with nothing free: all settled, or the one event busy."""
-    ops = default(p.ops, sqlite=2000, postgres=400, engine=p.engine)
-    rounds = p.rounds or 5
-    watch = Stopwatch()
-    cases = []
-    with Run(p.engine, floor=p.engine == "postgres") as run:
-        for case, busy in (("settled", False), ("busy", True)):
-            a2, base, *floor = interleaved(
-                run.impls,
-                lambda impl, busy=busy, case=case: idle_op(
-                    impl, f"{impl.name}/idle/{case}", busy=busy
-                ),
-                ops=ops,
-                rounds=rounds,
-                warmup=max(ops // 10, 10),
-            )
-            cases.append(compare(case, a2, base, floor=floor[0] if floor else None))
-    return _result("idle", p, ops, rounds, watch, cases)
+    return _against_the_floor(
+        p,
+        "idle",
+        default(p.ops, sqlite=2000, postgres=400, engine=p.engine),
+        [
+            ("settled", lambda impl: idle_op(impl, f"{impl.name}/idle/settled", busy=False)),
+            ("busy", lambda impl: idle_op(impl, f"{impl.name}/idle/busy", busy=True)),
+        ],
+    )
 
 
 def _on_own_session(
