@@ -136,6 +136,13 @@ def postgres_url(postgres_server: URL | str, request: pytest.FixtureRequest) -> 
 SEARCH_PATH = "-csearch_path="
 
 
+@pytest.fixture
+def migrated_postgres_url(postgres_url: str) -> str:
+    """``postgres_url``, its schema brought to the newest revision."""
+    a2sql.create_store(postgres_url, migrate=True).close()
+    return postgres_url
+
+
 @pytest.fixture(params=ENGINES)
 def engine_kind(request: pytest.FixtureRequest) -> str:
     """Which engine a test runs on; every store test runs on each."""

@@ -6,7 +6,7 @@ that loses a shared session to another worker is such a claim."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,13 +21,6 @@ from tests.holding import wait_until_a_lock_is_awaited
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 EXPIRY = T0 + timedelta(minutes=1)
-
-
-@pytest.fixture
-def pg_url(postgres_url: str) -> Iterator[str]:
-    with a2sql.create_store(postgres_url, migrate=True):
-        pass
-    yield postgres_url
 
 
 def _settled(store: Store) -> dict[str, Any]:
@@ -63,7 +56,7 @@ SESSIONS: dict[str, tuple[Callable[[Store], dict[str, Any]], ClaimResult]] = {
 
 @pytest.mark.parametrize("session", sorted(SESSIONS))
 def test_a_claim_that_finds_nothing_free_is_one_round_trip(
-    pg_url: str, session: str, monkeypatch: pytest.MonkeyPatch
+    migrated_postgres_url: str, session: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The lock tried and the claim, sent at once: two statements, one round trip, one
     transaction (before, nothing free cost 11 statements over three transactions: the
@@ -73,7 +66,7 @@ def test_a_claim_that_finds_nothing_free_is_one_round_trip(
     monkeypatch.setattr(a2sql.calls, "CONTENDED_S", 0.0)
     make, expected = SESSIONS[session]
     counter = Counter()
-    engine = counter.engine(pg_url)
+    engine = counter.engine(migrated_postgres_url)
     try:
         with a2sql.create_store(engine, migrate=False, clock=FakeClock(T0)) as store:
             arguments = make(store)
@@ -90,12 +83,12 @@ def test_a_claim_that_finds_nothing_free_is_one_round_trip(
 
 @pytest.mark.parametrize("session", sorted(SESSIONS))
 def test_in_the_callers_transaction_a_claim_that_finds_nothing_is_one_statement(
-    pg_url: str, session: str
+    migrated_postgres_url: str, session: str
 ) -> None:
     """In the caller's transaction: the lock, then the claim that answers (before, the
     claim, then the read of the next expiry)."""
     make, expected = SESSIONS[session]
-    with a2sql.create_store(pg_url, migrate=False, clock=FakeClock(T0)) as store:
+    with a2sql.create_store(migrated_postgres_url, migrate=False, clock=FakeClock(T0)) as store:
         arguments = make(store)
         sent: list[str] = []
         with store.begin() as connection:
@@ -115,14 +108,14 @@ def test_in_the_callers_transaction_a_claim_that_finds_nothing_is_one_statement(
 
 
 def test_a_claim_that_found_the_lock_held_answers_from_what_its_holder_committed(
-    pg_url: str,
+    migrated_postgres_url: str,
 ) -> None:
     """A session with nothing free whose lock is held by a writer about to append: the
     claim that tried the lock in vain does not answer "settled" from what it saw then;
     it waits for the lock and claims what the writer appended."""
     with (
-        a2sql.create_store(pg_url, migrate=False) as store,
-        a2sql.create_store(pg_url, migrate=False) as writer,
+        a2sql.create_store(migrated_postgres_url, migrate=False) as store,
+        a2sql.create_store(migrated_postgres_url, migrate=False) as writer,
     ):
         store.append("s", [NewEvent("t", 1, settled=True)])
         claims: list[ClaimResult] = []
@@ -132,7 +125,7 @@ def test_a_claim_that_found_the_lock_held_answers_from_what_its_holder_committed
         with writer.begin() as connection:
             writer.using(connection).append("s", [NewEvent("t", 2, id="late")])
             claiming.start()
-            wait_until_a_lock_is_awaited(pg_url)
+            wait_until_a_lock_is_awaited(migrated_postgres_url)
         claiming.join(10)
         [claim] = claims
         assert claim.outcome == "claimed"

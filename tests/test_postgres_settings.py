@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,14 +24,6 @@ from tests.conftest import with_server_option
 from tests.holding import wait_until_a_lock_is_awaited
 from tests.recording import recording_engine
 
-
-@pytest.fixture
-def pg_url(postgres_url: str) -> Iterator[str]:
-    with a2sql.create_store(postgres_url, migrate=True):
-        pass
-    yield postgres_url
-
-
 NEVER = datetime.max.replace(tzinfo=UTC, microsecond=999_000)  # times are kept to the ms
 DAWN = datetime(1, 1, 1, 1, 0, tzinfo=UTC)
 
@@ -44,10 +36,10 @@ DAWN = datetime(1, 1, 1, 1, 0, tzinfo=UTC)
     ],
 )
 def test_times_at_the_ends_of_the_calendar_stay_readable_in_any_server_zone(
-    pg_url: str, zone: str, start: datetime, expires_at: datetime
+    migrated_postgres_url: str, zone: str, start: datetime, expires_at: datetime
 ) -> None:
     clock = FakeClock(start)
-    url = with_server_option(pg_url, f"timezone={zone}")
+    url = with_server_option(migrated_postgres_url, f"timezone={zone}")
     with a2sql.create_store(url, clock=clock, migrate=False) as store:
         store.append("s", [NewEvent(type="t", payload={}, id="e1")])
         claim = store.claim_available("s", holder="w", ttl_ms=1000, expires_at=expires_at)
@@ -66,11 +58,11 @@ def test_times_at_the_ends_of_the_calendar_stay_readable_in_any_server_zone(
 
 @pytest.mark.parametrize("level", ["repeatable read", "serializable"])
 def test_own_transactions_run_read_committed_whatever_the_database_default(
-    pg_url: str, level: str
+    migrated_postgres_url: str, level: str
 ) -> None:
     # libpq's options take a space escaped with a backslash.
     setting = level.replace(" ", "\\ ")
-    url = with_server_option(pg_url, f"default_transaction_isolation={setting}")
+    url = with_server_option(migrated_postgres_url, f"default_transaction_isolation={setting}")
     # Concurrent writers of one session: under the default level each
     # transaction's snapshot would predate the lock its predecessor released.
     with a2sql.create_store(url, migrate=False) as store:
@@ -93,9 +85,11 @@ def test_own_transactions_run_read_committed_whatever_the_database_default(
 
 
 @pytest.mark.parametrize("level", ["REPEATABLE READ", "SERIALIZABLE"])
-def test_using_refuses_a_caller_transaction_at_another_level(pg_url: str, level: str) -> None:
-    with a2sql.create_store(pg_url, migrate=False) as store:
-        engine = create_engine(pg_url, isolation_level=level)
+def test_using_refuses_a_caller_transaction_at_another_level(
+    migrated_postgres_url: str, level: str
+) -> None:
+    with a2sql.create_store(migrated_postgres_url, migrate=False) as store:
+        engine = create_engine(migrated_postgres_url, isolation_level=level)
         try:
             with engine.begin() as connection:
                 with pytest.raises(A2Error) as raised:
@@ -125,13 +119,17 @@ def _hold_session_lock(url: str, session_id: str, held: threading.Event, done: t
         engine.dispose()
 
 
-def test_a_writer_gives_up_after_lock_timeout_saying_the_session_is_locked(pg_url: str) -> None:
+def test_a_writer_gives_up_after_lock_timeout_saying_the_session_is_locked(
+    migrated_postgres_url: str,
+) -> None:
     held, done = threading.Event(), threading.Event()
-    holder = threading.Thread(target=_hold_session_lock, args=(pg_url, "s", held, done))
+    holder = threading.Thread(
+        target=_hold_session_lock, args=(migrated_postgres_url, "s", held, done)
+    )
     holder.start()
     try:
         assert held.wait(10)
-        with a2sql.create_store(pg_url, migrate=False, lock_timeout_ms=300) as store:
+        with a2sql.create_store(migrated_postgres_url, migrate=False, lock_timeout_ms=300) as store:
             started = time.monotonic()
             with pytest.raises(A2Error) as raised:
                 store.append("s", [NewEvent(type="t", payload={})])
@@ -148,14 +146,14 @@ def test_a_writer_gives_up_after_lock_timeout_saying_the_session_is_locked(pg_ur
 
 @pytest.mark.parametrize("level", ["read committed", "repeatable read", "serializable"])
 def test_a_call_sent_whole_begins_read_committed_unless_that_is_the_default(
-    pg_url: str, level: str, monkeypatch: pytest.MonkeyPatch
+    migrated_postgres_url: str, level: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A call sent whole in one pipeline goes without BEGIN and COMMIT, its statements one
     implicit transaction at the session's default level, only where that level is READ
     COMMITTED (a2sql.preparation.implicit_transactions); elsewhere it begins one at that
     level, as every other transaction does."""
     setting = level.replace(" ", "\\ ")  # libpq's options take a space escaped
-    url = with_server_option(pg_url, f"default_transaction_isolation={setting}")
+    url = with_server_option(migrated_postgres_url, f"default_transaction_isolation={setting}")
     engine, sent = recording_engine(url, monkeypatch)
     try:
         with a2sql.create_store(engine, migrate=False) as store:
@@ -173,7 +171,7 @@ def test_a_call_sent_whole_begins_read_committed_unless_that_is_the_default(
 
 
 def test_a_session_whose_lock_was_held_goes_the_way_after_the_lock_for_a_while(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+    migrated_postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A call sent whole that finds the session's lock held costs a round trip more than
     waiting for the lock at once: the session's next calls wait at once, for
@@ -186,13 +184,15 @@ def test_a_session_whose_lock_was_held_goes_the_way_after_the_lock_for_a_while(
         sent.clear()
         return ["pg_try_advisory_xact_lock" in sql for sql in locks]
 
-    engine, sent = recording_engine(pg_url, monkeypatch)
+    engine, sent = recording_engine(migrated_postgres_url, monkeypatch)
     try:
         with a2sql.create_store(engine, migrate=False) as store:
             store.append("s", [NewEvent("t", 0)])
             assert tried() == [True]
             held, done = threading.Event(), threading.Event()
-            holder = threading.Thread(target=_hold_session_lock, args=(pg_url, "s", held, done))
+            holder = threading.Thread(
+                target=_hold_session_lock, args=(migrated_postgres_url, "s", held, done)
+            )
             holder.start()
             assert held.wait(10)
             threading.Timer(0.2, done.set).start()
@@ -225,8 +225,12 @@ class _FreezingClock:
         return datetime.now(UTC)
 
 
-def test_a_frozen_client_mid_transaction_is_cut_off_and_frees_the_session(pg_url: str) -> None:
-    frozen = a2sql.create_store(pg_url, migrate=False, clock=_FreezingClock(3), lock_timeout_ms=500)
+def test_a_frozen_client_mid_transaction_is_cut_off_and_frees_the_session(
+    migrated_postgres_url: str,
+) -> None:
+    frozen = a2sql.create_store(
+        migrated_postgres_url, migrate=False, clock=_FreezingClock(3), lock_timeout_ms=500
+    )
     outcome: list[BaseException | None] = []
 
     def stalled_append() -> None:
@@ -242,7 +246,9 @@ def test_a_frozen_client_mid_transaction_is_cut_off_and_frees_the_session(pg_url
     thread.start()
     try:
         time.sleep(0.3)  # the stalled append holds the session's lock by now
-        with a2sql.create_store(pg_url, migrate=False, lock_timeout_ms=5000) as store:
+        with a2sql.create_store(
+            migrated_postgres_url, migrate=False, lock_timeout_ms=5000
+        ) as store:
             started = time.monotonic()
             store.append("s", [NewEvent(type="t", payload={}, id="after")])
             assert time.monotonic() - started < 2.5
@@ -257,12 +263,12 @@ def test_a_frozen_client_mid_transaction_is_cut_off_and_frees_the_session(pg_url
 
 
 def test_a_call_sent_with_its_lock_holds_nothing_while_its_client_is_frozen(
-    pg_url: str,
+    migrated_postgres_url: str,
 ) -> None:
     """A call whose common case is one round trip reads the clock before it sends its
     transaction whole: frozen there, it holds no lock, and writes after the writer that
     went ahead, with a later time."""
-    frozen = a2sql.create_store(pg_url, migrate=False, clock=_FreezingClock(1.5))
+    frozen = a2sql.create_store(migrated_postgres_url, migrate=False, clock=_FreezingClock(1.5))
     outcome: list[a2sql.AppendResult] = []
     thread = threading.Thread(
         target=lambda: outcome.append(frozen.append("s", [NewEvent(type="t", payload={})]))
@@ -270,7 +276,9 @@ def test_a_call_sent_with_its_lock_holds_nothing_while_its_client_is_frozen(
     thread.start()
     try:
         time.sleep(0.3)
-        with a2sql.create_store(pg_url, migrate=False, lock_timeout_ms=5000) as store:
+        with a2sql.create_store(
+            migrated_postgres_url, migrate=False, lock_timeout_ms=5000
+        ) as store:
             started = time.monotonic()
             [ahead] = store.append("s", [NewEvent(type="t", payload={})]).events
             assert time.monotonic() - started < 1
@@ -382,7 +390,7 @@ def fail_after_its_claim(store: a2sql.Store, rival: a2sql.Store) -> datetime | N
 
 @pytest.mark.parametrize("race", sorted(RACES))
 def test_a_write_whose_clock_was_read_before_a_rival_wrote_carries_a_later_time(
-    pg_url: str, race: str
+    migrated_postgres_url: str, race: str
 ) -> None:
     """A call whose common case is one round trip reads the clock before it tries the
     session's lock. A rival that writes the session in between, with a later time, makes
@@ -391,9 +399,9 @@ def test_a_write_whose_clock_was_read_before_a_rival_wrote_carries_a_later_time(
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     clock = _RacingClock(t0, later=t0 + timedelta(seconds=10))
     with (
-        a2sql.create_store(pg_url, migrate=False, clock=clock) as store,
+        a2sql.create_store(migrated_postgres_url, migrate=False, clock=clock) as store,
         a2sql.create_store(
-            pg_url, migrate=False, clock=FakeClock(t0 + timedelta(seconds=5))
+            migrated_postgres_url, migrate=False, clock=FakeClock(t0 + timedelta(seconds=5))
         ) as rival,
     ):
         store.delete_session("s")
@@ -407,7 +415,7 @@ def _failed_at(store: a2sql.Store) -> datetime | None:
 
 @pytest.mark.parametrize("call", ["append", "claim_available", "complete_attempt", "fail_attempt"])
 def test_a_write_that_waited_for_the_session_lock_carries_the_time_after_it(
-    pg_url: str, call: str
+    migrated_postgres_url: str, call: str
 ) -> None:
     """The clock is read once the session's lock is granted, also where a call's common
     case goes in one pipeline (a2sql.ops.fused): a write that waited for another writer
@@ -415,7 +423,7 @@ def test_a_write_that_waited_for_the_session_lock_carries_the_time_after_it(
     runs' lane check saw a claim stamped before its lane's previous event was done.)"""
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     clock = FakeClock(t0)
-    with a2sql.create_store(pg_url, migrate=False, clock=clock) as store:
+    with a2sql.create_store(migrated_postgres_url, migrate=False, clock=clock) as store:
         store.append("s", [NewEvent("t", 1)])
         if call in ("complete_attempt", "fail_attempt"):
             store.claim_available("s", holder="w", ttl_ms=60_000)
@@ -432,14 +440,16 @@ def test_a_write_that_waited_for_the_session_lock_carries_the_time_after_it(
             "fail_attempt": lambda: _failed_at(store),
         }
         held, done = threading.Event(), threading.Event()
-        holder = threading.Thread(target=_hold_session_lock, args=(pg_url, "s", held, done))
+        holder = threading.Thread(
+            target=_hold_session_lock, args=(migrated_postgres_url, "s", held, done)
+        )
         holder.start()
         stamped: list[datetime | None] = []
         try:
             assert held.wait(10)
             writer = threading.Thread(target=lambda: stamped.append(calls[call]()))
             writer.start()
-            wait_until_a_lock_is_awaited(pg_url)
+            wait_until_a_lock_is_awaited(migrated_postgres_url)
             later = clock.advance(seconds=5)
         finally:
             done.set()
@@ -469,7 +479,9 @@ def _lose_a_race_for(store: a2sql.Store, rival: a2sql.Store, event_id: str, url:
 
 
 @pytest.mark.parametrize("between", range(6))
-def test_a_failed_pipeline_leaves_the_connection_usable(pg_url: str, between: int) -> None:
+def test_a_failed_pipeline_leaves_the_connection_usable(
+    migrated_postgres_url: str, between: int
+) -> None:
     """Two calls that fail inside their pipeline, ``between`` calls apart, on a store's one
     connection, then calls that succeed. psycopg counts a statement as prepared once
     it has sent the request to prepare it; the server skips one sent after the failure
@@ -478,13 +490,13 @@ def test_a_failed_pipeline_leaves_the_connection_usable(pg_url: str, between: in
     instead, COMMIT stayed "prepared" on psycopg's side only, and every later call
     failed ("prepared statement does not exist")."""
     with (
-        a2sql.create_store(pg_url, migrate=False) as store,
-        a2sql.create_store(pg_url, migrate=False) as rival,
+        a2sql.create_store(migrated_postgres_url, migrate=False) as store,
+        a2sql.create_store(migrated_postgres_url, migrate=False) as rival,
     ):
-        _lose_a_race_for(store, rival, "first", pg_url)
+        _lose_a_race_for(store, rival, "first", migrated_postgres_url)
         for n in range(between):
             store.append("s", [NewEvent("t", n)])
-        _lose_a_race_for(store, rival, "second", pg_url)
+        _lose_a_race_for(store, rival, "second", migrated_postgres_url)
         for n in range(6):
             store.append("s", [NewEvent("t", n)])
         assert len(store.read("s")) == between + 6
