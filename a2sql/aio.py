@@ -221,7 +221,7 @@ class AsyncOperations:
 
     async def delete_session(self, session_id: str) -> DeleteResult:
         """Delete the session's events and snapshots (``Store.delete_session``)."""
-        return await self._run(calls.delete_session(session_id))
+        return await self._run(calls.delete_session(self._ctx, session_id))
 
     async def prune(
         self, *, settled_before: datetime, prefix: str = "", limit: int = 1000

@@ -805,9 +805,9 @@ def skip_event(ctx: Context, session_id: object, index: object, reason: object) 
     )
 
 
-def delete_session(session_id: object) -> Call[DeleteResult]:
+def delete_session(ctx: Context, session_id: object) -> Call[DeleteResult]:
     sid = validate.name(session_id, "session_id")
-    return Call(lambda c: retention_ops.delete_session(c, sid), lock_session=sid)
+    return Call(lambda c: retention_ops.delete_session(c, ctx.dialect, sid), lock_session=sid)
 
 
 def _cut(settled_before: object) -> datetime:

@@ -30,7 +30,7 @@ from sqlalchemy.sql.dml import Insert
 from a2sql import execute
 from a2sql.errors import invalid
 from a2sql.execute import Transaction
-from a2sql.schema import presence, snapshots
+from a2sql.schema import events, presence, retired_attempts, snapshots
 from a2sql.stream import POSTGRES_POLL_INTERVAL_S, SQLITE_POLL_INTERVAL_S
 from a2sql.types import Timestamp
 from a2sql.wakeups import CHANNEL
@@ -61,6 +61,7 @@ class Dialect:
     fuses = False
     upsert_snapshot: Insert
     upsert_presence: Insert
+    retire_attempts: Insert
 
     def lock_session(
         self, tx: Transaction, session_id: str, *, announce: bool, lock_timeout_ms: int | None
@@ -111,6 +112,23 @@ class Dialect:
         return value
 
     def _build_upserts(self, insert: Any) -> None:
+        # delete_session: keep the session's highest attempt number, where one was
+        # claimed (a2sql.schema), never lowering it. Its events' attempt counts
+        # started at the one kept before, so the highest of them is never below it.
+        last_attempt = (
+            select(events.c.session_id, func.max(events.c.attempt_count))
+            .where(
+                events.c.session_id == bindparam("sid"),
+                events.c.attempt_count > literal_column("0"),
+            )
+            .group_by(events.c.session_id)
+        )
+        retired = insert(retired_attempts).from_select(["session_id", "last_attempt"], last_attempt)
+        self.retire_attempts = retired.on_conflict_do_update(
+            index_elements=[retired_attempts.c.session_id],
+            set_={"last_attempt": retired.excluded.last_attempt},
+            where=retired.excluded.last_attempt > retired_attempts.c.last_attempt,
+        )
         snapshot = insert(snapshots)
         self.upsert_snapshot = snapshot.on_conflict_do_update(
             index_elements=[snapshots.c.session_id, snapshots.c.reducer_name],

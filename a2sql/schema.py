@@ -4,7 +4,8 @@ On SQLite the tables are exactly those of the TypeScript seed store a2sql was
 drawn from: same names, same column order, strict tables, so that a database
 file written by either store can be opened by the other. a2sql adds one
 index of its own (``a2_events_dispatch_age``, revision 0002), which the seed
-neither needs nor minds.
+neither needs nor minds, and one table (``a2_retired_attempts``, revision 0003)
+that the seed's store does not read: a session it deletes leaves no row there.
 """
 
 from __future__ import annotations
@@ -115,4 +116,19 @@ presence = Table(
     sqlite_strict=True,
 )
 
-TABLE_NAMES = ("a2_events", "a2_snapshots", "a2_presence")
+# A deleted session's attempt numbers (revision 0003): per session id that
+# delete_session or prune deleted after a claim, the highest attempt number
+# its events ever had. Events appended under that id again start their attempt
+# count there, so an attempt of the deleted session, still held by a worker,
+# never matches one of the new session's (its indexes start over at 1). One
+# row per such session id, kept for good: any row removed would let a stale
+# worker's attempt fence the new session's events again.
+retired_attempts = Table(
+    "a2_retired_attempts",
+    metadata,
+    Column("session_id", KeyText, nullable=False, primary_key=True),
+    Column("last_attempt", BigInt, nullable=False),
+    sqlite_strict=True,
+)
+
+TABLE_NAMES = ("a2_events", "a2_snapshots", "a2_presence", "a2_retired_attempts")

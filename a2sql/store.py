@@ -216,7 +216,7 @@ class Operations:
 
         Its event ids may then be appended again, and its indexes start over at 1.
         """
-        return self._run(calls.delete_session(session_id))
+        return self._run(calls.delete_session(self._ctx, session_id))
 
     def prune(
         self, *, settled_before: datetime, prefix: str = "", limit: int = 1000

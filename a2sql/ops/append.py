@@ -16,18 +16,18 @@ from a2sql.ops.events import (
     MAX_INDEX,
     SESSION,
     ValidEvent,
+    append_status,
     events_by_id,
     insert_events,
     replay,
     session_status,
-    session_status_and_ids,
 )
 from a2sql.records import AppendResult, StoredEvent
 from a2sql.schema import events as E
 
-PARENT_ATTEMPTS = select(E.c.idx, E.c.attempt_count, E.c.failed_at).where(
-    E.c.session_id == SESSION, E.c.idx.in_(bindparam("indexes", expanding=True))
-)
+PARENT_ATTEMPTS = select(
+    E.c.idx, E.c.attempt_count, E.c.failed_at, E.c.first_claimed_at.is_not(None)
+).where(E.c.session_id == SESSION, E.c.idx.in_(bindparam("indexes", expanding=True)))
 
 
 def has_pending(tx: Transaction, session_id: str) -> AppendResult:
@@ -60,18 +60,24 @@ def append(
             ErrorCode.PARTIAL_DUPLICATE_BATCH,
             f"the batch holds event id {repeated!r} more than once",
         )
-    last_index, pending_before, taken = session_status_and_ids(tx, session_id, supplied)
-    if taken:
+    status = append_status(tx, session_id, supplied)
+    if status.taken:
         existing = events_by_id(tx, supplied)
         return _replay_or_reject(tx, session_id, batch, existing)
 
     _check_fence(tx, session_id, batch)
     stored = insert_events(
-        tx, session_id, batch, first_index=last_index + 1, now=now, new_id=new_id
+        tx,
+        session_id,
+        batch,
+        first_index=status.last_index + 1,
+        retired_attempts=status.retired_attempts,
+        now=now,
+        new_id=new_id,
     )
     return AppendResult(
         events=stored,
-        has_pending=pending_before or any(not event.settled for event in batch),
+        has_pending=status.pending or any(not event.settled for event in batch),
     )
 
 
@@ -98,13 +104,17 @@ def _replay_or_reject(
 
 
 def _check_fence(tx: Transaction, session_id: str, batch: Sequence[ValidEvent]) -> None:
-    """Events caused by an attempt commit only while that attempt is still current."""
+    """Events caused by an attempt commit only while that attempt is still current.
+
+    An event never claimed has had no attempt of its own: its attempt count is
+    where a deleted session of the same id stopped (RETIRED_ATTEMPTS), and an
+    attempt of that session, however high, is not current here."""
     causes = [event.cause for event in batch if event.cause is not None]
     if not causes:
         return
     parents = {
-        idx: (attempt_count, failed_at)
-        for idx, attempt_count, failed_at in execute.rows_for_each_chunk(
+        idx: (attempt_count, failed_at, claimed)
+        for idx, attempt_count, failed_at, claimed in execute.rows_for_each_chunk(
             tx,
             PARENT_ATTEMPTS,
             {"sid": session_id},
@@ -118,8 +128,8 @@ def _check_fence(tx: Transaction, session_id: str, batch: Sequence[ValidEvent]) 
                 ErrorCode.EVENT_NOT_FOUND,
                 f"no event at index {cause.index} in session {session_id!r} (named as cause)",
             )
-        attempt_count, failed_at = parents[cause.index]
-        if attempt_count != cause.attempt or failed_at is not None:
+        attempt_count, failed_at, claimed = parents[cause.index]
+        if attempt_count != cause.attempt or failed_at is not None or not claimed:
             raise A2Error(
                 ErrorCode.SUPERSEDED_ATTEMPT,
                 f"attempt {cause.attempt} no longer owns event {cause.index} "

@@ -17,6 +17,7 @@ from a2sql.ops.append import duplicate_ids
 from a2sql.ops.events import (
     EVENT_AT,
     ONE_ROW,
+    RETIRED_ATTEMPTS,
     SESSION,
     ValidEvent,
     events_by_id,
@@ -42,7 +43,8 @@ HELD_BY_ATTEMPT = (
 )
 
 # The common completion in one statement: mark the event processed if this
-# attempt still holds it, and return what the rest of the work needs.
+# attempt still holds it, and return what the rest of the work needs: the
+# lane to move on, where the returned events' indexes and attempt counts start.
 COMPLETE_IF_CURRENT = (
     update(E)
     .where(*HELD_BY_ATTEMPT)
@@ -57,6 +59,7 @@ COMPLETE_IF_CURRENT = (
     .returning(
         E.c.lane,
         last_index(LAST).label("last_index"),
+        RETIRED_ATTEMPTS.label("retired_attempts"),
     )
 )
 
@@ -152,10 +155,12 @@ def complete_attempt(
             },
         )
         if marked is not None:
-            lane, last_index = marked
+            lane, last_index, retired = marked
             return CompleteResult(
                 "completed",
-                _append_returned(tx, session_id, lane, batch, last_index, now, new_id),
+                _append_returned(
+                    tx, session_id, lane, batch, last_index, int(retired), now, new_id
+                ),
             )
 
     # The guarded update took nothing: the event is missing, done or no longer
@@ -182,6 +187,7 @@ def _append_returned(
     lane: str | None,
     caused: Sequence[ValidEvent],
     last_index: int,
+    retired_attempts: int,
     now: datetime,
     new_id: Callable[[], str],
 ) -> list[StoredEvent]:
@@ -190,7 +196,13 @@ def _append_returned(
         execute.run(tx, PROMOTE_LANE_HEAD, {"sid": session_id, "lane_name": lane})
     try:
         return insert_events(
-            tx, session_id, caused, first_index=last_index + 1, now=now, new_id=new_id
+            tx,
+            session_id,
+            caused,
+            first_index=last_index + 1,
+            retired_attempts=retired_attempts,
+            now=now,
+            new_id=new_id,
         )
     except DBAPIError as error:
         if not is_event_id_collision(error):

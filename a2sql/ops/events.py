@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import (
     BindParameter,
     ColumnClause,
+    ColumnElement,
     ScalarSelect,
     bindparam,
     exists,
@@ -26,6 +27,7 @@ from a2sql.execute import Transaction
 from a2sql.jsontext import decode_json
 from a2sql.records import EventCause, StoredEvent
 from a2sql.schema import events as E
+from a2sql.schema import retired_attempts as R
 
 MAX_INDEX = 2**63 - 1
 
@@ -83,6 +85,14 @@ def of_last_event(events: Any, column: Any) -> ScalarSelect[Any]:
     )
 
 
+# The highest attempt number a deleted session of this id issued, 0 when none
+# was: where the attempt count of every event appended to the session starts,
+# so that attempt numbers are never reused, whatever deleted the session
+# (a2sql.schema). One primary key entry of a small table.
+RETIRED_ATTEMPTS: ColumnElement[int] = func.coalesce(
+    select(R.c.last_attempt).where(R.c.session_id == SESSION).scalar_subquery(), 0
+)
+
 _LAST_INDEX = func.coalesce(last_index(), 0)
 # The first entry of a2_events_unprocessed.
 HAS_PENDING = (
@@ -96,9 +106,11 @@ HAS_PENDING = (
 _IDS_TAKEN = exists().where(E.c.event_id.in_(bindparam("ids", expanding=True)))
 
 SESSION_STATUS = select(_LAST_INDEX, HAS_PENDING)
-# The same, and whether any of the given event ids exists (in any session):
-# the common append needs one statement before its insert.
-SESSION_STATUS_AND_IDS = select(_LAST_INDEX, HAS_PENDING, _IDS_TAKEN)
+# The same and, for an append, the attempt count its events start at, and
+# whether any of the given event ids exists (in any session): the common
+# append needs one statement before its insert.
+APPEND_STATUS = select(_LAST_INDEX, HAS_PENDING, RETIRED_ATTEMPTS)
+APPEND_STATUS_AND_IDS = select(_LAST_INDEX, HAS_PENDING, RETIRED_ATTEMPTS, _IDS_TAKEN)
 
 PENDING_LANES = (
     select(E.c.lane)
@@ -112,6 +124,7 @@ PENDING_LANES = (
 
 # The columns an append sets; the others keep their defaults.
 INSERTED_COLUMNS = (
+    "attempt_count",
     "session_id",
     "idx",
     "event_type",
@@ -141,19 +154,25 @@ def session_status(tx: Transaction, session_id: str) -> tuple[int, bool]:
     return int(last), bool(pending)
 
 
-def session_status_and_ids(
-    tx: Transaction, session_id: str, ids: Sequence[str]
-) -> tuple[int, bool, bool]:
-    """``session_status``, and whether any of ``ids`` is already stored anywhere."""
-    if not ids:  # store-made ids only: nothing to look up
-        return *session_status(tx, session_id), False
-    if len(ids) > execute.LIST_CHUNK:
-        last, pending = session_status(tx, session_id)
-        return last, pending, bool(events_by_id(tx, ids))
-    [(last, pending, taken)] = execute.rows(
-        tx, SESSION_STATUS_AND_IDS, {"sid": session_id, "ids": list(ids)}
+class AppendStatus(NamedTuple):
+    """What an append reads of its session before inserting."""
+
+    last_index: int  # 0 when the session has no event
+    pending: bool  # whether any event is unprocessed
+    retired_attempts: int  # where the new events' attempt count starts (RETIRED_ATTEMPTS)
+    taken: bool  # whether any of the supplied ids is already stored anywhere
+
+
+def append_status(tx: Transaction, session_id: str, ids: Sequence[str]) -> AppendStatus:
+    """The session's ``AppendStatus``, ``ids`` the event ids the append was given."""
+    if not ids or len(ids) > execute.LIST_CHUNK:
+        [(last, pending, retired)] = execute.rows(tx, APPEND_STATUS, {"sid": session_id})
+        taken = bool(ids) and bool(events_by_id(tx, ids))
+        return AppendStatus(int(last), bool(pending), int(retired), taken)
+    [(last, pending, retired, taken)] = execute.rows(
+        tx, APPEND_STATUS_AND_IDS, {"sid": session_id, "ids": list(ids)}
     )
-    return int(last), bool(pending), bool(taken)
+    return AppendStatus(int(last), bool(pending), int(retired), bool(taken))
 
 
 def insert_events(
@@ -162,10 +181,12 @@ def insert_events(
     batch: Sequence[ValidEvent],
     *,
     first_index: int,
+    retired_attempts: int,
     now: datetime,
     new_id: Callable[[], str],
 ) -> list[StoredEvent]:
-    """Insert ``batch`` at ``first_index …`` and return the stored events.
+    """Insert ``batch`` at ``first_index …`` and return the stored events, their
+    attempt count starting at ``retired_attempts`` (RETIRED_ATTEMPTS).
 
     The caller holds the session's write lock. An event with a lane is ready
     only if its lane has no unprocessed event, earlier events of the batch
@@ -192,6 +213,7 @@ def insert_events(
         index = first_index + offset
         rows.append(
             {
+                "attempt_count": retired_attempts,
                 "session_id": session_id,
                 "idx": index,
                 "event_type": event.type,
@@ -204,7 +226,7 @@ def insert_events(
                 "processed_at": processed_at,
             }
         )
-        stored.append(new_stored_event(session_id, event, event_id, index, now))
+        stored.append(new_stored_event(session_id, event, event_id, index, now, retired_attempts))
     if len(rows) > 1:
         # By id, each row keeping its index: two sessions inserting batches
         # that share ids then wait on the first shared one, and the loser
@@ -216,9 +238,15 @@ def insert_events(
 
 
 def new_stored_event(
-    session_id: str, event: ValidEvent, event_id: str, index: int, now: datetime
+    session_id: str,
+    event: ValidEvent,
+    event_id: str,
+    index: int,
+    now: datetime,
+    retired_attempts: int,
 ) -> StoredEvent:
-    """The event as stored by an append at ``now``, never claimed."""
+    """The event as stored by an append at ``now``, never claimed: its attempt count
+    is ``retired_attempts`` (RETIRED_ATTEMPTS)."""
     # Positional, in field order: keywords cost ~1 µs more for 21 fields.
     return StoredEvent(
         event_id,
@@ -234,7 +262,7 @@ def new_stored_event(
         None,  # returned_event_ids
         None,  # first_claimed_at
         None,  # last_claimed_at
-        0,  # attempt_count
+        retired_attempts,  # attempt_count
         0,  # failure_count
         None,  # last_failed_at
         None,  # last_failed_attempt

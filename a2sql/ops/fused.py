@@ -92,6 +92,7 @@ from a2sql.ops.claims import (
 from a2sql.ops.events import (
     HAS_PENDING,
     INSERTED_COLUMNS,
+    RETIRED_ATTEMPTS,
     ValidEvent,
     last_index,
     new_stored_event,
@@ -215,9 +216,11 @@ _ROWS = (
 _MANY = _Batch(_ROWS.c.offset, _ROWS.c.type, _ROWS.c.payload, _ROWS.c.id, _ROWS.c.settled)
 
 
-def _rows(batch: _Batch, after: Any, cause: Any) -> Select[Any]:
-    """The batch's rows numbered from ``after`` + 1, without lanes."""
+def _rows(batch: _Batch, after: Any, cause: Any, retired: Any) -> Select[Any]:
+    """The batch's rows numbered from ``after`` + 1, without lanes, their attempt count
+    starting at ``retired`` (RETIRED_ATTEMPTS)."""
     return select(
+        retired,
         # Typed as where it is compared (VARCHAR): one parameter, one type.
         bindparam("sid", type_=E.c.session_id.type),
         after + batch.offset,
@@ -267,15 +270,14 @@ def fuses(batch: Sequence[ValidEvent]) -> bool:
 
 def _append(batch: _Batch, taken: Any, *guards: Any) -> Insert:
     """One row per event appended (none: an id was taken, nothing appended): its
-    index, and whether the session had unprocessed events before (a subquery in
-    RETURNING sees the session as it was before the statement)."""
+    index, whether the session had unprocessed events before (a subquery in
+    RETURNING sees the session as it was before the statement), and its attempt
+    count."""
+    rows = _rows(batch, func.coalesce(last_index(), 0), null(), RETIRED_ATTEMPTS)
     return (
         insert(E)
-        .from_select(
-            INSERTED_COLUMNS,
-            _rows(batch, func.coalesce(last_index(), 0), null()).where(~taken, *guards),
-        )
-        .returning(E.c.idx, HAS_PENDING)
+        .from_select(INSERTED_COLUMNS, rows.where(~taken, *guards))
+        .returning(E.c.idx, HAS_PENDING, E.c.attempt_count)
     )
 
 
@@ -301,10 +303,10 @@ def append(
         if not rows:
             return None
         first = min(row[0] for row in rows)
-        pending = rows[0][1]
+        pending, retired = rows[0][1], int(rows[0][2])
         return AppendResult(
             events=[
-                new_stored_event(session_id, event, event_id, first + offset, now)
+                new_stored_event(session_id, event, event_id, first + offset, now, retired)
                 for offset, (event, event_id) in enumerate(zip(batch, ids, strict=True))
             ],
             has_pending=bool(pending) or any(not event.settled for event in batch),
@@ -319,19 +321,21 @@ def append(
 
 
 def _complete(batch: _Batch | None, *guards: Any) -> Select[Any]:
-    """The session's last index before the completion; no row: not completed."""
+    """The session's last index before the completion, and the attempt count the
+    returned events start at; no row: not completed."""
     done = COMPLETE_IF_CURRENT.where(*guards).cte("done")
     # The lane's next event, read from an alias: the completed one left out,
     # which the statement still sees unprocessed.
     promoted = promote_lane_head(done.c.lane, E.alias("lane_event"), besides=bindparam("index"))
-    statement = select(done.c.last_index).add_cte(promoted.cte("promoted"))
+    statement = select(done.c.last_index, done.c.retired_attempts).add_cte(promoted.cte("promoted"))
     if batch is None:
         return statement
+    rows = _rows(
+        batch, done.c.last_index, bindparam("caused_by", type_=Text), done.c.retired_attempts
+    )
     returned = insert(E).from_select(
         INSERTED_COLUMNS,
-        _rows(batch, done.c.last_index, bindparam("caused_by", type_=Text)).select_from(
-            done if batch is _ONE else done.join(_ROWS, true())
-        ),
+        rows.select_from(done if batch is _ONE else done.join(_ROWS, true())),
     )
     return statement.add_cte(returned.cte("returned"))
 
@@ -368,11 +372,11 @@ def complete(
     def answer(rows: Sequence[AnyRow]) -> CompleteResult | None:
         if not rows:
             return None
-        last = rows[0][0]
+        last, retired = rows[0][0], int(rows[0][1])
         return CompleteResult(
             "completed",
             [
-                new_stored_event(session_id, event, event_id, last + 1 + offset, now)
+                new_stored_event(session_id, event, event_id, last + 1 + offset, now, retired)
                 for offset, (event, event_id) in enumerate(zip(batch, ids, strict=True))
             ],
         )

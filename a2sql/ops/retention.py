@@ -24,10 +24,14 @@ DELETE_SNAPSHOTS = delete(S).where(S.c.session_id == SESSION)
 _CUT = bindparam("cut", type_=Timestamp())
 
 
-def delete_session(tx: Transaction, session_id: str) -> DeleteResult:
-    """Delete the session's events and snapshots (the caller holds its lock)."""
+def delete_session(tx: Transaction, dialect: Dialect, session_id: str) -> DeleteResult:
+    """Delete the session's events and snapshots (the caller holds its lock), keeping its
+    highest attempt number: the attempts of a session appended again under its id
+    start after it, so that a worker still holding one of the deleted session's
+    attempts can never fence an event of the new one."""
     params = {"sid": session_id}
     snapshots = execute.count(tx, DELETE_SNAPSHOTS, params)
+    execute.run(tx, dialect.retire_attempts, params)
     return DeleteResult(events=execute.count(tx, DELETE_EVENTS, params), snapshots=snapshots)
 
 
@@ -100,4 +104,4 @@ def prune_session(
     found = execute.first(tx, _still_settled(dialect), {"sid": session_id, "cut": settled_before})
     if found is None:
         return None
-    return delete_session(tx, session_id)
+    return delete_session(tx, dialect, session_id)
