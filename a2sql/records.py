@@ -52,7 +52,13 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class StoredEvent:
-    """An event with everything the store keeps about its processing."""
+    """An event with everything the store keeps about its processing.
+
+    ``attempt_count`` is the number of its latest attempt, the fencing token a
+    claim hands out: the number of times it was claimed, counted on from the
+    highest attempt number of any deleted session of the same id (attempt
+    numbers are never reused, see ``Store.delete_session``).
+    """
 
     id: str
     type: str
@@ -195,6 +201,8 @@ class SessionSummary:
     """Counts and times of one session, for operators.
 
     ``pending_count``: unprocessed events that are not dead letters;
+    ``attempt_count``: claims of its events (``StoredEvent.attempt_count`` less
+    where it started, for a session deleted before);
     ``failed_count``: dead letters; ``claimed_count``: pending events under a
     live claim; ``blocked_count``: pending events that wait behind a dead
     letter in their lane; ``oldest_pending_at``: when the oldest pending

@@ -214,7 +214,12 @@ class Operations:
     def delete_session(self, session_id: str) -> DeleteResult:
         """Delete the session's events and snapshots, under its lock.
 
-        Its event ids may then be appended again, and its indexes start over at 1.
+        Its event ids may then be appended again, and its indexes start over at 1;
+        its attempt numbers do not: the store keeps the highest one it issued
+        (one small row per session id deleted after a claim), and the events
+        appended under the id again count their attempts on from there, so that
+        a worker still holding an attempt of the deleted session never
+        completes, fails, renews or releases an event of the new one.
         """
         return self._run(calls.delete_session(self._ctx, session_id))
 
@@ -225,7 +230,8 @@ class Operations:
 
         Settled: every event processed (a dead letter is not). Each session is
         deleted in a short transaction of its own, so no session is locked for
-        long; call again until it returns 0 sessions.
+        long; call again until it returns 0 sessions. A pruned session's
+        attempt numbers are kept as ``delete_session`` keeps them.
         """
         plan = calls.prune(self._ctx, settled_before, prefix, limit)
         return calls.pruned([self._run(plan.session(sid)) for sid in self._run(plan.candidates)])

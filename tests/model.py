@@ -165,6 +165,8 @@ class ModelState:
     sessions: dict[str, list[ModelEvent]] = field(default_factory=dict)
     snapshots: dict[tuple[str, str], tuple[int, JSON]] = field(default_factory=dict)
     presence: dict[str, dict[tuple[str, str], PresenceRow]] = field(default_factory=dict)
+    # §6 delete_session: per deleted session id, the highest attempt number it issued.
+    retired_attempts: dict[str, int] = field(default_factory=dict)
 
 
 class Model:
@@ -213,13 +215,15 @@ class Model:
 
     def _insert(
         self,
+        state: ModelState,
         events: list[ModelEvent],
         session_id: str,
         new: NewEvent,
         cause: EventCause | None,
         now: datetime,
     ) -> ModelEvent:
-        """SPEC §3 append step 4 for one event, earlier events of the batch included."""
+        """SPEC §3 append step 4 for one event, earlier events of the batch included; its
+        attempt count starts where a deleted session of the same id stopped (§6)."""
         lane_free = not any(e.lane == new.lane and e.processed_at is None for e in events)
         inserted = ModelEvent(
             id=new.id if new.id is not None else self._new_id(),
@@ -232,6 +236,7 @@ class Model:
             lane=new.lane,
             ready=new.lane is None or lane_free,
             processed_at=now if new.settled else None,
+            attempt_count=state.retired_attempts.get(session_id, 0),
         )
         events.append(inserted)
         return inserted
@@ -284,11 +289,17 @@ class Model:
                 parent = self._at(events, new.cause.index)
                 if parent is None:
                     raise ModelError(ErrorCode.EVENT_NOT_FOUND, f"no event {new.cause.index}")
-                if parent.attempt_count != new.cause.attempt or parent.failed_at is not None:
+                if (
+                    parent.attempt_count != new.cause.attempt
+                    or parent.failed_at is not None
+                    or parent.first_claimed_at is None
+                ):
                     raise ModelError(ErrorCode.SUPERSEDED_ATTEMPT, "cause is not current")
             had_pending = self._has_pending(events)
             now = self.now()
-            inserted = [self._insert(events, session_id, new, new.cause, now) for new in batch]
+            inserted = [
+                self._insert(state, events, session_id, new, new.cause, now) for new in batch
+            ]
             return AppendResult(
                 events=[e.stored() for e in inserted],
                 has_pending=had_pending or any(not new.settled for new in batch),
@@ -507,7 +518,7 @@ class Model:
                 )
                 if head is not None:
                     head.ready = True
-            inserted = [self._insert(session, session_id, new, cause, now) for new in events]
+            inserted = [self._insert(state, session, session_id, new, cause, now) for new in events]
             return CompleteResult(outcome="completed", events=[e.stored() for e in inserted])
 
     def complete_attempts(
@@ -619,6 +630,9 @@ class Model:
         """§6 delete_session."""
         with self._transaction() as state:
             events = state.sessions.pop(session_id, [])
+            last_attempt = max((e.attempt_count for e in events), default=0)
+            if last_attempt > state.retired_attempts.get(session_id, 0):
+                state.retired_attempts[session_id] = last_attempt
             keys = [key for key in state.snapshots if key[0] == session_id]
             for key in keys:
                 del state.snapshots[key]
@@ -685,7 +699,8 @@ class Model:
             event_count=len(events),
             pending_count=len(pending),
             failed_count=sum(e.failed_at is not None for e in events),
-            attempt_count=sum(e.attempt_count for e in events),
+            attempt_count=sum(e.attempt_count for e in events)
+            - len(events) * self.state.retired_attempts.get(session_id, 0),
             failure_count=sum(e.failure_count for e in events),
             first_event_at=min(e.created_at for e in events),
             updated_at=self._latest(events),

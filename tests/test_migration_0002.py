@@ -29,7 +29,8 @@ from a2sql.testing import FakeClock
 from tests.test_schema_sqlite import seed_database
 
 BASELINE = "0001_baseline"
-HEAD = "0002_dispatch_age"
+# 0002 is tested on the way from 0001 to the newest revision, where the store opens.
+HEAD = migrations.head_revision()
 DISPATCH_AGE = "a2_events_dispatch_age"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 # claim_next's now: after every row's creation, between the expired claim and the live one.

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 ALEMBIC_INI = REPO / "alembic.ini"
 ALEMBIC = Path(sys.executable).parent / "alembic"
 VERSION_TABLE = "a2sql_alembic_version"
-A2_TABLES = {"a2_events", "a2_snapshots", "a2_presence"}
+A2_TABLES = {"a2_events", "a2_snapshots", "a2_presence", "a2_retired_attempts"}
 MIGRATABLE = ("sqlite_file", "postgres")
 
 

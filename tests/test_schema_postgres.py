@@ -15,6 +15,7 @@ KEY_COLUMNS = {
     "a2_events": ("session_id", "event_id", "event_type", "lane", "claim_holder"),
     "a2_snapshots": ("session_id", "reducer_name"),
     "a2_presence": ("ns", "participant", "field"),
+    "a2_retired_attempts": ("session_id",),
 }
 JSON_COLUMNS = {"a2_events": ("payload",), "a2_snapshots": ("state",), "a2_presence": ("value",)}
 TIMESTAMP_COLUMNS = {
@@ -40,6 +41,7 @@ BIGINT_COLUMNS = {
     ),
     "a2_snapshots": ("up_to_index",),
     "a2_presence": ("seen",),
+    "a2_retired_attempts": ("last_attempt",),
 }
 UNPROCESSED = "(processed_at IS NULL)"
 DISPATCHABLE = "(lane_ready AND (processed_at IS NULL) AND (failed_at IS NULL))"
@@ -117,7 +119,12 @@ def test_partial_indexes_exist_with_their_predicates(migrated: Connection) -> No
             unique,
             predicate,
         ), name
-    primary_keys = {"a2_events_pkey", "a2_snapshots_pkey", "a2_presence_pkey"}
+    primary_keys = {
+        "a2_events_pkey",
+        "a2_snapshots_pkey",
+        "a2_presence_pkey",
+        "a2_retired_attempts_pkey",
+    }
     assert set(found) - primary_keys - {VERSION_PKEY} == set(expected)
 
 
@@ -138,7 +145,8 @@ def test_partial_index_predicates_appear_in_pg_indexes(migrated: Connection) -> 
 
 
 def test_primary_keys_match_the_seed(migrated: Connection) -> None:
-    """Primary keys: (session_id, idx), (session_id, reducer_name), (ns, participant, field)."""
+    """Primary keys: (session_id, idx), (session_id, reducer_name), (ns, participant, field);
+    a2sql's own a2_retired_attempts (revision 0003): session_id."""
     rows = migrated.execute(
         text(
             """
@@ -155,6 +163,7 @@ def test_primary_keys_match_the_seed(migrated: Connection) -> None:
     assert keys["a2_events"] == ["session_id", "idx"]
     assert keys["a2_snapshots"] == ["session_id", "reducer_name"]
     assert keys["a2_presence"] == ["ns", "participant", "field"]
+    assert keys["a2_retired_attempts"] == ["session_id"]
 
 
 def test_text_keys_use_the_c_collation(migrated: Connection) -> None:

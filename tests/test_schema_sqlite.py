@@ -1,7 +1,8 @@
 """On SQLite the DDL is the seed's (SPEC §5): a file of either store opens in the other.
 
 The baseline revision (0001) is exactly the seed's DDL; head adds a2sql's own
-index a2_events_dispatch_age (0002) and nothing else. The seed's DDL is kept
+index a2_events_dispatch_age (0002) and table a2_retired_attempts (0003), and
+nothing else. The seed's DDL is kept
 in ``tests/seed_schema.sql``, as that store creates its file.
 """
 
@@ -29,6 +30,7 @@ VERSION_TABLE = "a2sql_alembic_version"
 ALEMBIC = Path(sys.executable).parent / "alembic"
 DISPATCH_AGE = "a2_events_dispatch_age"
 DISPATCHABLE = "lane_ready = 1 and processed_at is null and failed_at is null"
+RETIRED_ATTEMPTS = "a2_retired_attempts"
 
 
 def seed_schema() -> str:
@@ -172,15 +174,34 @@ def test_migrated_sqlite_schema_equals_the_seed_ddl(
         assert ours[table] == seed[table], f"table {table} differs from the seed's"
 
 
-def test_head_is_the_seed_ddl_plus_the_dispatch_age_index(
+def test_head_is_the_seed_ddl_plus_the_dispatch_age_index_and_retired_attempts(
     seed_file: Path, head_file: Path, connect: Any
 ) -> None:
     """`alembic upgrade head` on SQLite yields the seed's DDL plus exactly one index:
     a2_events_dispatch_age on (created_at, session_id, claim_expires_at), partial on
-    the dispatchable events; no table, column, other index, trigger or view differs."""
-    assert migrations.head_revision() == "0002_dispatch_age"
+    the dispatchable events; and one strict table, a2_retired_attempts (session_id
+    text key, last_attempt integer); no other table, column, index, trigger or view
+    differs."""
+    assert migrations.head_revision() == "0003_retired_attempts"
     assert _version(head_file) == [migrations.head_revision()]
     seed, head = describe(connect(seed_file)), describe(connect(head_file))
+    assert head.pop(RETIRED_ATTEMPTS) == {
+        "kind": "table",
+        "strict": True,
+        "columns": [
+            ("session_id", "text", True, None, 1, 0),
+            ("last_attempt", "integer", True, None, 0, 0),
+        ],
+        "indexes": {
+            "sqlite_autoindex_a2_retired_attempts_1": {
+                "columns": [("session_id", False, "BINARY")],
+                "unique": True,
+                "origin": "pk",
+                "partial": False,
+                "where": None,
+            }
+        },
+    }
     assert set(head) == set(seed)
     added = head["a2_events"]["indexes"].pop(DISPATCH_AGE)
     assert added == {
@@ -224,12 +245,21 @@ def test_sqlite_schema_signature_agrees_for_seed_and_migrated_files(
     seed_file: Path, alembic_file: Path, head_file: Path
 ) -> None:
     """a2sql's own signature of the seed file equals that of the baseline revision, and
-    tells head apart from it by the one index 0002 adds (so adoption, which compares
-    signatures, takes a seed file for 0001 and never for head)."""
+    tells head apart from it by the index 0002 adds and the table 0003 adds (so
+    adoption, which compares signatures, takes a seed file for 0001 and never for
+    head)."""
     seed, baseline = _signature(seed_file), _signature(alembic_file)
     assert seed == baseline == migrations.baseline_sqlite_signature()
     head = _signature(head_file)
     assert head != baseline
+    assert head.pop(RETIRED_ATTEMPTS) == {
+        "columns": [
+            ("session_id", "text", True, None, 1),
+            ("last_attempt", "integer", True, None, 0),
+        ],
+        "strict": True,
+        "indexes": {},
+    }
     added = head["a2_events"]["indexes"].pop(DISPATCH_AGE)
     assert added == (["created_at", "session_id", "claim_expires_at"], False, DISPATCHABLE)
     assert head == baseline

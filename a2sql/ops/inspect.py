@@ -28,6 +28,7 @@ from a2sql.jsontext import decode_json
 from a2sql.ops.events import SESSION, session_status
 from a2sql.records import DeadLetterPage, EventPage, SessionPage, SessionSummary, StoreTotals
 from a2sql.schema import events as E
+from a2sql.schema import retired_attempts as R
 from a2sql.types import Timestamp
 
 PAGE = (
@@ -80,6 +81,13 @@ def latest_time(dialect: Dialect) -> ColumnElement[Any]:
     )
 
 
+# Where the attempt counts of the session's events started (a2sql.schema): its
+# events' attempts are the claims above it.
+_RETIRED = func.coalesce(
+    select(R.c.last_attempt).where(R.c.session_id == E.c.session_id).scalar_subquery(), 0
+)
+
+
 def _summary_columns(dialect: Dialect) -> list[ColumnElement[Any]]:
     """A session's ``SessionSummary`` fields, in order, as aggregates over its events."""
     return [
@@ -87,7 +95,7 @@ def _summary_columns(dialect: Dialect) -> list[ColumnElement[Any]]:
         func.count(),
         _count(_PENDING),
         _count(E.c.failed_at.is_not(None)),
-        func.sum(E.c.attempt_count),
+        func.sum(E.c.attempt_count) - func.count() * _RETIRED,
         func.sum(E.c.failure_count),
         func.min(E.c.created_at),
         latest_time(dialect),

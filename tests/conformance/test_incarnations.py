@@ -148,7 +148,8 @@ def test_an_attempt_of_a_removed_session_cannot_touch_an_unclaimed_event_of_the_
 def test_attempt_numbers_continue_over_every_deletion_of_a_session(store: Store) -> None:
     """§6: each deletion keeps the highest attempt number ever issued in the session,
     the events returned by a completion included; a session deleted before any claim
-    changes nothing; other sessions start at 1."""
+    changes nothing; other sessions start at 1. The session's summary counts its
+    claims."""
     for expected in (1, 2, 3):
         store.append("s", [NewEvent("a")])
         [claimed] = store.claim_available("s", holder="w", ttl_ms=TTL_MS).events
@@ -164,6 +165,9 @@ def test_attempt_numbers_continue_over_every_deletion_of_a_session(store: Store)
     assert done.events == store.read("s", after_index=1)
     [child] = store.claim_available("s", holder="w", ttl_ms=TTL_MS).events
     assert (child.index, child.attempt_count) == (2, 4)
+    summary = store.inspect.session("s")
+    assert summary is not None
+    assert summary.attempt_count == 2  # claims, counted from where the session started
     store.delete_session("s")
     store.append("s", [NewEvent("a")])
     assert store.claim_available("s", holder="w", ttl_ms=TTL_MS).events[0].attempt_count == 5

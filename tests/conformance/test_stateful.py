@@ -80,7 +80,7 @@ COMPLETE_CHANGES = (
 )
 AFTER_FINISH = ("nothing", "complete", "fail", "reclaim", "append_caused")
 
-TABLES = ("a2_events", "a2_snapshots", "a2_presence")
+TABLES = ("a2_events", "a2_snapshots", "a2_presence", "a2_retired_attempts")
 
 # --- payloads -----------------------------------------------------------------
 

@@ -6,7 +6,9 @@ WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" ORDER BY a2_events.ses
  LIMIT 1), %(coalesce_2)s::INTEGER) AS coalesce_1, (SELECT a2_events.idx
 FROM a2_events
 WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.processed_at IS NULL ORDER BY a2_events.session_id, a2_events.idx
- LIMIT 1) IS NOT NULL AS anon_1, EXISTS (SELECT *
+ LIMIT 1) IS NOT NULL AS anon_1, coalesce((SELECT a2_retired_attempts.last_attempt
+FROM a2_retired_attempts
+WHERE a2_retired_attempts.session_id = %(sid)s::VARCHAR COLLATE "C"), %(coalesce_4)s::INTEGER) AS coalesce_3, EXISTS (SELECT *
 FROM a2_events
 WHERE a2_events.event_id IN (%(ids_1)s::VARCHAR COLLATE "C", %(ids_2)s::VARCHAR COLLATE "C")) AS anon_2;
 
@@ -14,4 +16,4 @@ SELECT DISTINCT a2_events.lane
 FROM a2_events
 WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.lane IN (%(lanes_1)s::VARCHAR COLLATE "C") AND a2_events.processed_at IS NULL;
 
-INSERT INTO a2_events (session_id, idx, event_type, payload, event_id, created_at, cause, lane, lane_ready, processed_at) VALUES (%(session_id)s::VARCHAR COLLATE "C", %(idx)s::BIGINT, %(event_type)s::VARCHAR COLLATE "C", CAST(%(payload)s AS JSON), %(event_id)s::VARCHAR COLLATE "C", %(created_at)s::TIMESTAMP WITH TIME ZONE, %(cause)s::VARCHAR, %(lane)s::VARCHAR COLLATE "C", %(lane_ready)s, %(processed_at)s::TIMESTAMP WITH TIME ZONE);
+INSERT INTO a2_events (session_id, idx, event_type, payload, event_id, created_at, cause, lane, lane_ready, processed_at, attempt_count) VALUES (%(session_id)s::VARCHAR COLLATE "C", %(idx)s::BIGINT, %(event_type)s::VARCHAR COLLATE "C", CAST(%(payload)s AS JSON), %(event_id)s::VARCHAR COLLATE "C", %(created_at)s::TIMESTAMP WITH TIME ZONE, %(cause)s::VARCHAR, %(lane)s::VARCHAR COLLATE "C", %(lane_ready)s, %(processed_at)s::TIMESTAMP WITH TIME ZONE, %(attempt_count)s::BIGINT);

@@ -3,7 +3,9 @@ SELECT set_config('lock_timeout', %(wait)s, %(set_config_2)s) AS set_config_1, s
 UPDATE a2_events SET lane_ready=false, processed_at=%(now)s::TIMESTAMP WITH TIME ZONE, processed_by_attempt=%(attempt)s::BIGINT, returned_event_ids=%(returned)s::VARCHAR, claim_holder=NULL, claim_expires_at=NULL WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.idx = %(index)s::BIGINT AND a2_events.attempt_count = %(attempt)s::BIGINT AND a2_events.processed_at IS NULL AND a2_events.failed_at IS NULL AND a2_events.claim_holder IS NOT NULL RETURNING a2_events.lane, (SELECT last_event.idx
 FROM a2_events AS last_event
 WHERE last_event.session_id = %(sid)s::VARCHAR COLLATE "C" ORDER BY last_event.session_id DESC, last_event.idx DESC
- LIMIT 1) AS last_index;
+ LIMIT 1) AS last_index, coalesce((SELECT a2_retired_attempts.last_attempt
+FROM a2_retired_attempts
+WHERE a2_retired_attempts.session_id = %(sid)s::VARCHAR COLLATE "C"), %(coalesce_1)s::INTEGER) AS retired_attempts;
 
 UPDATE a2_events SET lane_ready=true WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.idx = (SELECT a2_events.idx
 FROM a2_events

@@ -7,16 +7,18 @@ WHERE latest.session_id = %(sid)s::VARCHAR COLLATE "C" ORDER BY latest.session_i
  LIMIT 1), %(now)s::TIMESTAMP WITH TIME ZONE) <= %(now)s::TIMESTAMP WITH TIME ZONE RETURNING a2_events.lane, (SELECT last_event.idx
 FROM a2_events AS last_event
 WHERE last_event.session_id = %(sid)s::VARCHAR COLLATE "C" ORDER BY last_event.session_id DESC, last_event.idx DESC
- LIMIT 1) AS last_index),
+ LIMIT 1) AS last_index, coalesce((SELECT a2_retired_attempts.last_attempt
+FROM a2_retired_attempts
+WHERE a2_retired_attempts.session_id = %(sid)s::VARCHAR COLLATE "C"), %(coalesce_1)s::INTEGER) AS retired_attempts),
 promoted AS
 (UPDATE a2_events SET lane_ready=true WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.idx = (SELECT lane_event.idx
 FROM a2_events AS lane_event, done
 WHERE lane_event.session_id = %(sid)s::VARCHAR COLLATE "C" AND lane_event.lane = done.lane AND lane_event.processed_at IS NULL AND lane_event.idx != %(index)s::BIGINT ORDER BY lane_event.session_id, lane_event.lane, lane_event.idx
  LIMIT 1)),
 returned AS
-(INSERT INTO a2_events (session_id, idx, event_type, payload, event_id, created_at, cause, lane, lane_ready, processed_at) SELECT %(sid)s::VARCHAR COLLATE "C" AS anon_1, done.last_index + 1 AS anon_2, %(new_type)s::VARCHAR COLLATE "C" AS anon_3, CAST(%(new_payload)s::VARCHAR AS JSON) AS anon_4, %(new_id)s::VARCHAR COLLATE "C" AS anon_5, %(now)s::TIMESTAMP WITH TIME ZONE AS anon_6, %(caused_by)s::VARCHAR AS anon_7, NULL AS anon_8, true AS anon_9, CASE WHEN %(new_settled)s THEN %(now)s::TIMESTAMP WITH TIME ZONE ELSE NULL END AS anon_10
+(INSERT INTO a2_events (attempt_count, session_id, idx, event_type, payload, event_id, created_at, cause, lane, lane_ready, processed_at) SELECT done.retired_attempts AS retired_attempts, %(sid)s::VARCHAR COLLATE "C" AS anon_1, done.last_index + 1 AS anon_2, %(new_type)s::VARCHAR COLLATE "C" AS anon_3, CAST(%(new_payload)s::VARCHAR AS JSON) AS anon_4, %(new_id)s::VARCHAR COLLATE "C" AS anon_5, %(now)s::TIMESTAMP WITH TIME ZONE AS anon_6, %(caused_by)s::VARCHAR AS anon_7, NULL AS anon_8, true AS anon_9, CASE WHEN %(new_settled)s THEN %(now)s::TIMESTAMP WITH TIME ZONE ELSE NULL END AS anon_10
 FROM done)
- SELECT done.last_index
+ SELECT done.last_index, done.retired_attempts
 FROM done;
 
 SELECT pg_notify('a2sql_events', %(sid)s) AS pg_notify_1;
