@@ -133,6 +133,45 @@ def test_every_kind_of_operation_runs_in_the_callers_transaction(store: Store) -
     assert store.inspect.list_sessions().sessions == []
 
 
+def test_an_attempt_of_a_deleted_or_pruned_session_never_touches_the_new_one(
+    store: Store,
+) -> None:
+    """delete_session and prune in the caller's transaction keep the session's highest
+    attempt number as in a2sql's own: the session appended again starts its indexes
+    over, not its attempts, and the old attempt is superseded."""
+    index, stale = claimed_attempt(store)
+    with store.begin() as connection:
+        view = store.using(connection)
+        view.delete_session("s")
+        view.append("s", [NewEvent("order.placed", {"n": 2}, id="s-placed")])
+        [current] = view.claim_available("s", holder="w", ttl_ms=60_000).events
+        assert (current.index, current.attempt_count) == (index, stale + 1)
+        stale_done = view.complete_attempt("s", index=index, attempt=stale, events=reply(9))
+        assert stale_done.outcome == "superseded"
+        stale_failed = view.fail_attempt(
+            "s", index=index, attempt=stale, error="stale", max_failures=1
+        )
+        assert stale_failed.outcome == "superseded"
+        done = view.complete_attempt(
+            "s", index=index, attempt=current.attempt_count, events=reply()
+        )
+        assert done.outcome == "completed"
+        assert [e.attempt_count for e in done.events] == [stale]
+
+    cut = datetime.now(UTC) + timedelta(hours=1)
+    with store.begin() as connection:
+        view = store.using(connection)
+        assert view.prune(settled_before=cut).sessions == 1
+        view.append("s", [NewEvent("order.placed", {"n": 3}, id="s-placed")])
+        [third] = view.claim_available("s", holder="w", ttl_ms=60_000).events
+        assert (third.index, third.attempt_count) == (index, current.attempt_count + 1)
+        renewed = view.renew_claims(
+            "s", holder="w", claims=[a2sql.ClaimRef(index, current.attempt_count)], ttl_ms=1
+        )
+        assert (renewed.renewed, renewed.superseded) == ([], [index])
+    assert store.read("s")[0].claim_expires_at == third.claim_expires_at
+
+
 def test_a_connection_without_a_transaction_is_refused(store: Store) -> None:
     with store.engine.connect() as connection, pytest.raises(A2Error) as raised:
         store.using(connection).append("s", [NewEvent("t", 0)])
