@@ -10,12 +10,12 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAD = "0002_dispatch_age"
+HEAD = "0003_retired_attempts"
 
 
 def test_wheel_contains_migrations_and_migrates_a_new_database(tmp_path: Path) -> None:
     """The wheel ships env.py and every revision script; its `a2sql migrate`, run with
-    a2sql from the wheel alone, takes a new SQLite file to head (0002_dispatch_age)."""
+    a2sql from the wheel alone, takes a new SQLite file to head (0003_retired_attempts)."""
     dist = tmp_path / "dist"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(ROOT)],

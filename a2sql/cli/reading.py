@@ -237,7 +237,7 @@ def events(session_id: str, after: int, limit: int, url: str | None, as_json: bo
         )
         return
     out.table(
-        ["index", "type", "lane", "state", "attempts", "detail"],
+        ["index", "type", "lane", "state", "attempt", "detail"],
         [
             [e.index, e.type, e.lane or "-", state, e.attempt_count, detail]
             for e, (state, detail) in zip(page.events, states, strict=True)

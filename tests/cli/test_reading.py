@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from a2sql import Store
+from a2sql import NewEvent, Store
 from tests.cli.conftest import Cli
 
 
@@ -13,7 +13,7 @@ def test_status_counts_the_database(cli: Cli, populated: tuple[Store, str]) -> N
     store, url = populated
     found = cli("status", "--url", url, "--json").json()
     assert found["engine"] == store.engine.dialect.name
-    assert found["revision"] == found["head"] == "0002_dispatch_age"
+    assert found["revision"] == found["head"] == "0003_retired_attempts"
     assert (found["sessions"], found["events"]) == (3, 9)
     # order-1: 2 claimed, 3 waiting, 5 blocked, 6 retrying; order-17: 1.
     assert (found["pending"], found["claimed"], found["dead_letters"]) == (5, 1, 1)
@@ -127,3 +127,22 @@ def test_a2sql_alone_prints_its_help(cli: Cli) -> None:
     ran = cli()
     assert ran.code == 0 and ran.out.startswith("Usage: a2sql")
     assert "dead-letters" in ran.out and ran.err == ""
+
+
+def test_a_session_appended_again_shows_attempt_numbers_and_counts_claims(
+    cli: Cli, populated: tuple[Store, str]
+) -> None:
+    """events: the attempt column is each event's latest attempt number, which after a
+    deletion goes on from the deleted session's; session: attempts counts the claims
+    of the session's events."""
+    store, url = populated
+    store.append("again", [NewEvent("t", id="again-1")])
+    store.claim_available("again", holder="w", ttl_ms=60_000)
+    store.delete_session("again")
+    store.append("again", [NewEvent("t", id="again-1")])
+    store.claim_available("again", holder="w", ttl_ms=60_000)
+    header, row = cli("events", "again", "--url", url).lines()
+    assert header.split("\t")[:5] == ["index", "type", "lane", "state", "attempt"]
+    assert row.split("\t")[:5] == ["1", "t", "-", "claimed", "2"]
+    assert cli("session", "again", "--url", url, "--json").json()["session"]["attempt_count"] == 1
+    assert "attempts: 1" in cli("session", "again", "--url", url).lines()
