@@ -154,8 +154,8 @@ def claim_statement(excluding: bool, limited: bool) -> Update:
     before the statement, and the session's lock keeps every other writer away.
 
     Statistics taken when no event at all was pending make the planner believe
-    the partial indexes empty: it may then read the backlog once and sort it to
-    find the lowest indexes (tests/test_query_plans.py).
+    the partial indexes empty: it may then read one of them whole, once, and sort
+    what it found to have the lowest indexes (tests/test_query_plans.py).
     """
     if limited:
         taken = claimable(E, E.c.idx, excluding=excluding, limited=True)
