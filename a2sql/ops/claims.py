@@ -108,7 +108,7 @@ class ReadOnce(ColumnElement[bool]):
     """``column IN (rows)``, ``rows`` a subquery that does not depend on the row tested,
     read once whatever the planner believes of the rows tested.
 
-    PostgreSQL plans ``IN (subquery)`` as a semi-join, and when it believes the
+    PostgreSQL may plan ``IN (subquery)`` as a semi-join, and when it believes the
     rows tested few (statistics older than a session's backlog) as a nested loop
     that reads the subquery again for each of them: the backlog times the
     subquery. ``column = ANY(ARRAY(subquery))`` is no join: the array is computed
