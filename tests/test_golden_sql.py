@@ -44,7 +44,11 @@ def scenario(store: Store) -> Iterator[tuple[str, Callable[[], Any]]]:
         ),
     )
     yield "read", lambda: store.read("s")
-    yield "claim_available", lambda: store.claim_available("s", holder="w", ttl_ms=60_000)
+    # Limited, as a worker's batch (a2sql.worker); the busy claim is not.
+    yield (
+        "claim_available",
+        lambda: store.claim_available("s", holder="w", ttl_ms=60_000, limit=16),
+    )
     # Nothing free now: the same statement answers until when.
     yield "claim_available_busy", lambda: store.claim_available("s", holder="w", ttl_ms=60_000)
     yield (
@@ -64,7 +68,7 @@ def scenario(store: Store) -> Iterator[tuple[str, Callable[[], Any]]]:
         ),
     )
     yield "release_claims", lambda: store.release_claims("s", holder="w", claims=[ClaimRef(3, 1)])
-    yield "claim_next", lambda: store.claim_next(holder="w", ttl_ms=60_000)
+    yield "claim_next", lambda: store.claim_next(holder="w", ttl_ms=60_000, limit=16)
     yield "complete_attempts", lambda: store.complete_attempts("s", [Completion(2, 2)])
     yield "put_snapshot", lambda: store.put_snapshot("s", "r", 1, {"count": 1})
     yield "read_state", lambda: store.read_state("s", "r")

@@ -28,9 +28,10 @@ import a2sql
 from a2sql import NewEvent
 from a2sql.ops.append import PARENT_ATTEMPTS
 from a2sql.ops.attempts import COMPLETE_IF_CURRENT, PROMOTE_LANE_HEAD
-from a2sql.ops.claims import NEXT_EXPIRY, claim_statement
+from a2sql.ops.claims import NEXT_EXPIRY, claim, claim_statement
 from a2sql.ops.dispatch import CANDIDATES_PER_READ, bounds, candidates, next_free
 from a2sql.ops.events import EVENTS_BY_ID, PENDING_LANES, SESSION_STATUS
+from a2sql.ops.fused import claim_available as fused_claim
 from a2sql.ops.inspect import PAGE
 from a2sql.types import to_millis
 
@@ -240,6 +241,157 @@ def test_claim_retry_at_seeks_the_claim_expiry_index(plans: Explainer) -> None:
     seeks = plan.seeks(CLAIM_EXPIRY)
     assert seeks and "claim_expires_at" in seeks[0].condition, _why(plan)
     assert plan.indexes() == {CLAIM_EXPIRY}, _why(plan)
+
+
+# --- a limited claim in a backlog the statistics have not seen ------------------
+
+BACKLOG = 20_000
+CLAIM_LIMIT = 16
+BACKLOG_SESSION = "burst"
+
+_PG_BACKLOG = """
+insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, lane_ready)
+select %(sid)s, i, 't', '{"n":1}'::json, %(sid)s || '/' || i, now(), true
+from generate_series(1, %(events)s) as i
+"""
+
+_SQLITE_BACKLOG = """
+insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, lane_ready)
+with recursive k(i) as (select 1 union all select i + 1 from k where i < :events)
+select :sid, i, 't', '{"n":1}', :sid || '/' || i, 1700000000000 + i, 1 from k
+"""
+
+# What stays pending when the table is analyzed: a few events (one in a hundred),
+# or none at all.
+_STILL_PENDING = {"few": "idx % 100 = 0", "none": "false"}
+
+
+def _load_backlog(store: a2sql.Store, pending: str) -> None:
+    """200 sessions of 100 events, all processed but ``pending``'s, analyzed with
+    autovacuum off; then BACKLOG events appended to one session, unseen by the
+    statistics (a burst into one session, before autovacuum's next ANALYZE)."""
+    postgres = store.engine.dialect.name == "postgresql"
+    percent = "%%" if postgres else "%"
+    still_pending = _STILL_PENDING[pending].replace("%", percent)
+    with store.engine.connect() as connection:
+        if postgres:
+            connection.exec_driver_sql("alter table a2_events set (autovacuum_enabled = off)")
+        params = {"prefix": "s/", "width": 5, "sessions": SESSIONS, "per": PER_SESSION}
+        connection.exec_driver_sql(_PG_LOAD if postgres else _SQLITE_LOAD, params)
+        connection.exec_driver_sql(
+            "update a2_events set processed_at = created_at, processed_by_attempt = 1,"
+            f" attempt_count = 1 where processed_at is null and not ({still_pending})"
+        )
+        connection.commit()
+        connection.exec_driver_sql("analyze a2_events" if postgres else "analyze")
+        connection.commit()
+        connection.exec_driver_sql(
+            _PG_BACKLOG if postgres else _SQLITE_BACKLOG,
+            {"sid": BACKLOG_SESSION, "events": BACKLOG},
+        )
+        connection.commit()
+
+
+def _limited_claims(postgres: bool) -> Iterator[tuple[str, Executable, dict[str, Any], bool]]:
+    """(name, statement, parameters, granted) of every limited claim a2sql sends for
+    BACKLOG_SESSION: claim_available's and claim_next's, and on PostgreSQL the fused
+    one, plain and guarded (``granted``: run after the session's lock was tried and
+    granted)."""
+    now = datetime.now(UTC)
+    args = {"holder": "w", "now": now, "expires_at": now + timedelta(minutes=1)}
+    for excluded in ((), (1, 3)):
+        statement, params = claim(
+            BACKLOG_SESSION, exclude_indexes=excluded, limit=CLAIM_LIMIT, **args
+        )
+        yield f"claim excluding {list(excluded)}", statement, params, False
+    if postgres:
+        one = fused_claim(BACKLOG_SESSION, exclude_indexes=(), limit=CLAIM_LIMIT, **args)
+        yield "fused", one.statement, dict(one.params), False
+        yield "fused, guarded", one.guarded, dict(one.params), True
+
+
+def _pg_node_reads(node: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """(node, rows read per loop, loops) of every node of an EXPLAIN ANALYZE tree that
+    reads a2_events' rows: those it returned and those its filters removed."""
+    found = []
+    if node.get("Relation Name") == "a2_events":
+        read = (
+            node["Actual Rows"]
+            + node.get("Rows Removed by Filter", 0)
+            + node.get("Rows Removed by Index Recheck", 0)
+        )
+        name = f"{node['Node Type']} {node.get('Index Name', '')}"
+        found.append((name, read, node["Actual Loops"]))
+    for child in node.get("Plans", []):
+        found.extend(_pg_node_reads(child))
+    return found
+
+
+def _sqlite_steps(store: a2sql.Store, sql: str, params: Any) -> int:
+    """Virtual machine instructions SQLite ran for one execution (rolled back)."""
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 100
+        return 0
+
+    with store.engine.connect() as connection:
+        driver = connection.connection.driver_connection
+        driver.set_progress_handler(count, 100)
+        try:
+            with connection.begin() as transaction:
+                connection.exec_driver_sql(sql, params).fetchall()
+                transaction.rollback()
+        finally:
+            driver.set_progress_handler(None, 0)
+    return steps
+
+
+@pytest.mark.parametrize("pending", ["few", "none"])
+def test_a_limited_claim_reads_its_limit_in_a_backlog_the_statistics_never_saw(
+    db_url: str, pending: str
+) -> None:
+    """claim_available(limit=16) and claim_next(limit=16) in a session of 20,000 pending
+    events appended after the last ANALYZE, which saw a table of processed events.
+
+    PostgreSQL's planner then believes the session has one dispatchable event. With
+    a few pending at the ANALYZE, every node reading a2_events reads at most twice
+    the limit, once (the claim used to be a nested-loop semi-join that read the
+    limit's subquery again for each of the 20,000 events). With none pending, the
+    planner believes the partial indexes empty, and may read the backlog once and
+    sort it for the limit's 16, but no node runs more than once. On SQLite the claim
+    seeks both key columns with the list of the lowest free indexes, read in
+    a2_events_dispatch_ready's order, and runs fewer instructions than the backlog
+    has events."""
+    with a2sql.create_store(db_url, migrate=True) as store:
+        _load_backlog(store, pending)
+        explainer = Explainer(store)
+        for name, statement, params, granted in _limited_claims(explainer.postgres):
+            sql, sent = explainer.sent(statement, params)
+            if not explainer.postgres:
+                plan = explainer.explain_sql(sql, sent)
+                outer, taken = plan.accesses
+                assert outer.seek and re.search(r"session_id=\? AND idx=\?", outer.condition)
+                assert (taken.index, taken.condition) == (DISPATCH_READY, "session_id=?")
+                assert not plan.sorts, f"{name}: {_why(plan)}"
+                steps = _sqlite_steps(store, sql, sent)
+                assert steps < BACKLOG, f"{name}: {steps} instructions\n{_why(plan)}"
+                continue
+            with store.engine.connect() as connection, connection.begin() as transaction:
+                if granted:
+                    connection.exec_driver_sql("select set_config('a2sql.granted', 'true', true)")
+                raw: Any = connection.exec_driver_sql(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, sent
+                ).scalar()
+                transaction.rollback()
+            tree = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+            reads = _pg_node_reads(tree)
+            why = f"{name}: {reads}\n{json.dumps(tree, indent=1)}"
+            assert reads and all(loops <= 1 for _, _, loops in reads), why
+            bound = 2 * CLAIM_LIMIT if pending == "few" else BACKLOG + 2 * CLAIM_LIMIT
+            assert all(read <= bound for _, read, _ in reads), why
+            assert tree["Actual Rows"] == CLAIM_LIMIT, why
 
 
 def test_append_supplied_id_lookup_seeks_the_unique_event_id_index(plans: Explainer) -> None:

@@ -12,6 +12,7 @@ from sqlalchemy import (
     ColumnElement,
     Select,
     Update,
+    any_,
     bindparam,
     func,
     null,
@@ -21,6 +22,9 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.visitors import InternalTraversal
 
 from a2sql import execute
 from a2sql.codec import claimed_event
@@ -55,9 +59,9 @@ READY = ready()
 DISPATCHABLE = (E.c.session_id == SESSION, *READY)
 FREE = free()
 
+# The claim's writes; which events it takes is claim_statement's.
 _claim = (
     update(E)
-    .where(*DISPATCHABLE, FREE)
     .values(
         attempt_count=E.c.attempt_count + 1,
         first_claimed_at=func.coalesce(E.c.first_claimed_at, NOW),
@@ -100,15 +104,65 @@ def claimable(events: Any, *columns: Any, excluding: bool, limited: bool) -> Sel
     return found
 
 
+class ReadOnce(ColumnElement[bool]):
+    """``column IN (rows)``, ``rows`` a subquery that does not depend on the row tested,
+    read once whatever the planner believes of the rows tested.
+
+    PostgreSQL may plan ``IN (subquery)`` as a semi-join, and when it believes the
+    rows tested few (statistics older than a session's backlog) as a nested loop
+    that reads the subquery again for each of them: the backlog times the
+    subquery. ``column = ANY(ARRAY(subquery))`` is no join: the array is computed
+    once, before any row is read (an InitPlan), and the test is a condition on
+    the index that finds the rows. SQLite reads ``IN (subquery)`` once into a
+    list and seeks the index with each of its values.
+    """
+
+    inherit_cache = True
+    _traverse_internals = [  # noqa: RUF012 (read by SQLAlchemy, never changed)
+        ("column", InternalTraversal.dp_clauseelement),
+        ("rows", InternalTraversal.dp_clauseelement),
+    ]
+
+    def __init__(self, column: ColumnElement[Any], rows: Select[Any]) -> None:
+        self.column = column
+        self.rows = rows
+
+
+@compiles(ReadOnce)
+def _in_list(element: ReadOnce, compiler: SQLCompiler, **kw: Any) -> str:
+    return compiler.process(element.column.in_(element.rows), **kw)
+
+
+@compiles(ReadOnce, "postgresql")
+def _in_array(element: ReadOnce, compiler: SQLCompiler, **kw: Any) -> str:
+    array = func.array(element.rows.scalar_subquery())
+    return compiler.process(element.column == any_(array), **kw)
+
+
 @cache
 def claim_statement(excluding: bool, limited: bool) -> Update:
-    statement = _claim
+    """The claim: the session's ``claimable`` events, claimed, their columns returned.
+
+    A limited claim costs its limit, not the session's backlog, whatever the
+    statistics say of the backlog: the lowest ``limit`` free indexes are read
+    first, once (ReadOnce), in a2_events_dispatch_ready's order, and only those
+    rows are updated, found by both columns of the primary key. The update names
+    none of the partial indexes' conditions: with statistics older than the
+    backlog, the planner would believe the session's dispatchable events one or
+    two, and could go through all of them to find the few the read found. Whether
+    an event is claimable is the read's to say: both see the database as it was
+    before the statement, and the session's lock keeps every other writer away.
+
+    Statistics taken when no event at all was pending make the planner believe
+    the partial indexes empty: it may then read one of them whole, once, and sort
+    what it found to have the lowest indexes (tests/test_query_plans.py).
+    """
+    if limited:
+        taken = claimable(E, E.c.idx, excluding=excluding, limited=True)
+        return _claim.where(E.c.session_id == SESSION, ReadOnce(E.c.idx, taken))
+    statement = _claim.where(*DISPATCHABLE, FREE)
     if excluding:
         statement = statement.where(E.c.idx.not_in(bindparam("exclude", expanding=True)))
-    if limited:
-        statement = statement.where(
-            E.c.idx.in_(claimable(E, E.c.idx, excluding=excluding, limited=True))
-        )
     return statement
 
 
