@@ -403,7 +403,8 @@ class AsyncStore(AsyncOperations):
 
         As ``Store.using``: each runs in a savepoint of that transaction and
         neither commits nor rolls it back. ``connection`` is an
-        ``AsyncConnection`` of this store's database with a transaction begun.
+        ``AsyncConnection`` of this store's database with a transaction begun;
+        one that cannot serve is refused as there.
         """
         return AsyncUsingConnection(self, connection)
 

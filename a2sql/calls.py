@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 
 from a2sql import execute, validate
 from a2sql.begin import begin_own, hold_write_lock
+from a2sql.callers import check_connection, refusal
 from a2sql.clock import Clock, SystemClock
 from a2sql.codec import truncate_ms
 from a2sql.dialects import Dialect
@@ -305,33 +306,28 @@ def run_in_savepoint(connection: Connection, ctx: Context, call: Call[T]) -> T:
     The caller's transaction is neither committed nor rolled back; an error
     rolls back to the savepoint, so the caller's transaction stays usable.
     """
-    if connection.closed or not connection.in_transaction():
-        raise invalid(
-            "connection",
-            "must have a transaction the caller began (engine.begin(), connection.begin() "
-            "or store.begin()); a2sql neither begins nor commits it",
-        )
-    if connection.dialect.name != ctx.dialect.name:
-        raise invalid(
-            "connection",
-            f"is a {connection.dialect.name} connection; the store's database is "
-            f"{ctx.dialect.name}",
-        )
-    if ctx.dialect.name == "sqlite" and not call.read_only:
-        hold_write_lock(connection, busy_timeout_ms=ctx.lock_timeout_ms)
-    with unprepared_behind_pooler(connection), connection.begin_nested():
-        if call.lock_session is not None:
-            # The caller's own lock timeout applies; the lock statement
-            # checks the transaction's isolation level.
-            ctx.dialect.lock_session(
-                connection,
-                call.lock_session,
-                announce=call.added_events is not None,
-                lock_timeout_ms=None,
-            )
-        elif not call.read_only:
-            ctx.dialect.check_isolation(connection)
-        return _run_locked(connection, call)
+    check_connection(connection, ctx.dialect.name)
+    try:
+        if ctx.dialect.name == "sqlite" and not call.read_only:
+            hold_write_lock(connection, busy_timeout_ms=ctx.lock_timeout_ms)
+        with unprepared_behind_pooler(connection), connection.begin_nested():
+            if call.lock_session is not None:
+                # The caller's own lock timeout applies; the lock statement
+                # checks the transaction's isolation level.
+                ctx.dialect.lock_session(
+                    connection,
+                    call.lock_session,
+                    announce=call.added_events is not None,
+                    lock_timeout_ms=None,
+                )
+            elif not call.read_only:
+                ctx.dialect.check_isolation(connection)
+            return _run_locked(connection, call)
+    except DBAPIError as error:
+        refused = refusal(error)
+        if refused is None:
+            raise
+        raise refused from error
 
 
 def _valid_cause(cause: object, where: str) -> EventCause:

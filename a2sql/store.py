@@ -311,6 +311,9 @@ class Store(Operations):
         undoes only the operation that raised it. ``connection`` is a
         SQLAlchemy ``Connection`` of this store's database with a transaction
         begun (``engine.begin()``, ``connection.begin()``, or ``store.begin()``).
+        A connection that cannot serve (closed, invalidated, in AUTOCOMMIT mode,
+        its transaction aborted) is ``INVALID_ARGUMENT``, and one whose database
+        lacks a2sql's tables ``SCHEMA_MISMATCH``: neither is an outage.
         """
         return UsingConnection(self, connection)
 

@@ -12,13 +12,16 @@ import asyncio
 import multiprocessing as mp
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select, text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent, Store
@@ -48,6 +51,12 @@ def claimed_attempt(store: Store, session_id: str = "s") -> tuple[int, int]:
 def order_notes(store: Store) -> list[str]:
     with store.engine.connect() as connection:
         return list(connection.execute(select(orders.c.note).order_by(orders.c.id)).scalars())
+
+
+def refused(call: Callable[[], object]) -> A2Error:
+    with pytest.raises(A2Error) as raised:
+        call()
+    return raised.value
 
 
 def reply(n: int = 1) -> list[NewEvent]:
@@ -178,6 +187,25 @@ def test_a_connection_without_a_transaction_is_refused(store: Store) -> None:
     assert raised.value.code == ErrorCode.INVALID_ARGUMENT
     assert "transaction" in raised.value.message
     assert store.read("s") == []
+
+
+def test_a_closed_connection_is_refused(store: Store) -> None:
+    connection = store.engine.connect()
+    connection.close()
+    error = refused(lambda: store.using(connection).append("s", [NewEvent("t", 0)]))
+    assert error.code == ErrorCode.INVALID_ARGUMENT, error
+    assert "closed" in error.message
+
+
+def test_a_transaction_begun_by_the_callers_first_statement_serves(store: Store) -> None:
+    """SQLAlchemy's "commit as you go": the caller's first statement began the
+    transaction (autobegin); a2sql's operation joins it and commits with it."""
+    with store.engine.connect() as connection:
+        connection.execute(insert(orders).values(note="shipped"))
+        store.using(connection).append("s", [NewEvent("t", 0, id="e")])
+        connection.commit()
+    assert order_notes(store) == ["shipped"]
+    assert [e.id for e in store.read("s")] == ["e"]
 
 
 def test_not_a_connection_is_refused(store: Store) -> None:
@@ -327,3 +355,371 @@ def test_the_callers_own_errors_in_store_begin_stay_sqlalchemys(store: Store) ->
     with pytest.raises(DBAPIError), store.begin() as connection:
         connection.execute(text("select * from no_such_table"))
     assert store.read("s") == []
+
+
+# --- connections that cannot serve, and a database that fails --------------------------
+#
+# A connection a2sql cannot use is the program's mistake: INVALID_ARGUMENT (or
+# SCHEMA_MISMATCH), which no worker retries, never STORE_UNAVAILABLE, which workers
+# retry as an outage. A database that fails under a connection that could serve
+# stays STORE_UNAVAILABLE.
+
+
+def test_an_invalidated_connection_is_refused(store: Store) -> None:
+    with store.engine.connect() as connection:
+        connection.begin()
+        connection.invalidate()
+        error = refused(lambda: store.using(connection).append("s", [NewEvent("t", 0)]))
+        assert error.code == ErrorCode.INVALID_ARGUMENT, error
+        assert "invalidated" in error.message and "roll" in error.message
+        # As the message says: rolled back, the connection serves a new transaction.
+        connection.rollback()
+        with connection.begin():
+            store.using(connection).append("s", [NewEvent("t", 0, id="after")])
+    assert [e.id for e in store.read("s")] == ["after"]
+
+
+def test_an_autocommit_connection_is_refused(store: Store) -> None:
+    autocommit = store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    with autocommit as connection, connection.begin():
+        error = refused(lambda: store.using(connection).append("s", [NewEvent("t", 0)]))
+        assert error.code == ErrorCode.INVALID_ARGUMENT, error
+        assert "AUTOCOMMIT" in error.message
+        # Reads too: nothing a2sql reads would be one snapshot with the caller's.
+        assert refused(lambda: store.using(connection).read("s")).code == (
+            ErrorCode.INVALID_ARGUMENT
+        )
+    assert store.read("s") == []
+
+
+def test_an_autocommit_engine_is_refused(store: Store, url: str) -> None:
+    """AUTOCOMMIT set on the engine (create_engine's isolation_level), not the connection."""
+    engine = sa.create_engine(store.engine.url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.begin() as connection:
+            error = refused(lambda: store.using(connection).append("s", [NewEvent("t", 0)]))
+            assert error.code == ErrorCode.INVALID_ARGUMENT, error
+            assert "AUTOCOMMIT" in error.message
+    finally:
+        engine.dispose()
+    assert store.read("s") == []
+
+
+def test_the_callers_failed_statement(store: Store) -> None:
+    """The caller's statement failed and the caller went on in the same transaction. On
+    PostgreSQL the transaction is aborted (InFailedSqlTransaction): INVALID_ARGUMENT
+    saying to roll back, and the transaction is still the caller's to roll back. On
+    SQLite a failed statement undoes only itself and the transaction goes on: the call
+    works, and commits with the caller's earlier write."""
+    postgres = store.engine.dialect.name == "postgresql"
+    with store.engine.connect() as connection:
+        connection.begin()
+        connection.execute(insert(orders).values(note="before"))
+        with pytest.raises(DBAPIError):
+            connection.execute(text("select * from no_such_table"))
+
+        def call() -> object:
+            return store.using(connection).append("s", [NewEvent("t", 0, id="e")])
+
+        if postgres:
+            error = refused(call)
+            assert error.code == ErrorCode.INVALID_ARGUMENT, error
+            assert "aborted" in error.message and "roll it back" in error.message
+            # As the message says: rolled back, the connection serves a new transaction.
+            connection.rollback()
+            connection.begin()
+            connection.execute(insert(orders).values(note="again"))
+        call()
+        connection.commit()
+    assert order_notes(store) == (["again"] if postgres else ["before"])
+    assert [e.id for e in store.read("s")] == ["e"]
+
+
+def test_postgres_an_aborted_savepoint_of_the_callers_is_refused(
+    postgres_store: Store,
+) -> None:
+    """Aborted inside a savepoint of the caller's: rolled back to it, the call works."""
+    store = postgres_store
+    app_metadata.create_all(store.engine)
+    with store.begin() as connection:
+        connection.execute(insert(orders).values(note="kept"))
+        savepoint = connection.begin_nested()
+        with pytest.raises(DBAPIError):
+            connection.execute(text("select * from no_such_table"))
+        error = refused(lambda: store.using(connection).append("s", [NewEvent("t", 0)]))
+        assert error.code == ErrorCode.INVALID_ARGUMENT, error
+        savepoint.rollback()
+        store.using(connection).append("s", [NewEvent("t", 0, id="e")])
+    assert order_notes(store) == ["kept"]
+    assert [e.id for e in store.read("s")] == ["e"]
+
+
+def test_sqlite_a_transaction_an_error_rolled_back_is_refused(tmp_path: Path) -> None:
+    """SQLAlchemy's pysqlite recipe (the driver in autocommit mode, BEGIN in the ``begin``
+    event), and a statement of the caller's whose conflict clause rolled the whole
+    transaction back: a2sql's writes would commit alone. INVALID_ARGUMENT."""
+    url = f"sqlite:///{tmp_path / 'a2.db'}"
+    with a2sql.create_store(url) as store:
+        app_metadata.create_all(store.engine)
+        engine = sa.create_engine(url)
+
+        @sa.event.listens_for(engine, "connect")
+        def _driver_autocommit(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+            dbapi_connection.isolation_level = None
+
+        @sa.event.listens_for(engine, "begin")
+        def _begin(connection: sa.Connection) -> None:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+        try:
+            with engine.connect() as connection, connection.begin():
+                # The recipe serves: its transaction holds a2sql's write.
+                connection.execute(insert(orders).values(id=1, note="kept"))
+                store.using(connection).append("s", [NewEvent("t", 0, id="kept")])
+            with engine.connect() as connection, connection.begin():
+                connection.execute(insert(orders).values(id=2, note="lost"))
+                with pytest.raises(DBAPIError):
+                    connection.execute(text("insert or rollback into orders values (1, 'dup')"))
+                error = refused(lambda: store.using(connection).append("s", [NewEvent("t", 0)]))
+                assert error.code == ErrorCode.INVALID_ARGUMENT, error
+                assert "rolled it back" in error.message
+        finally:
+            engine.dispose()
+        assert order_notes(store) == ["kept"]
+        assert [e.id for e in store.read("s")] == ["kept"]
+
+
+def test_a_database_without_a2sqls_tables_is_a_schema_mismatch(
+    store: Store, tmp_path: Path
+) -> None:
+    """The connection reaches another database (SQLite: another file; PostgreSQL: a
+    search_path without the store's schema): SCHEMA_MISMATCH, and the caller's
+    transaction goes on."""
+    if store.engine.dialect.name == "sqlite":
+        elsewhere = sa.create_engine(f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    else:
+        elsewhere = store.engine
+    try:
+        with elsewhere.begin() as connection:
+            if store.engine.dialect.name == "postgresql":
+                connection.execute(text("set local search_path to a2sql_no_such_schema"))
+            view = store.using(connection)
+            for call in (
+                lambda: view.append("s", [NewEvent("t", 0)]),
+                lambda: view.read("s"),
+                lambda: view.claim_next(holder="w", ttl_ms=1000),
+            ):
+                error = refused(call)
+                assert error.code == ErrorCode.SCHEMA_MISMATCH, error
+                assert "a2sql's tables" in error.message and "a2_" in error.message
+            assert connection.execute(text("select 1")).scalar_one() == 1
+    finally:
+        if elsewhere is not store.engine:
+            elsewhere.dispose()
+    assert store.read("s") == []
+
+
+def test_sqlite_a_locked_database_stays_store_unavailable(tmp_path: Path) -> None:
+    """Another writer holds SQLite's write lock past the busy timeout: an outage, retried
+    by workers, not the connection's fault."""
+    path = tmp_path / "a2.db"
+    with a2sql.create_store(f"sqlite:///{path}", lock_timeout_ms=100) as store:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            with store.engine.connect() as connection, connection.begin():
+                error = refused(lambda: store.using(connection).append("s", [NewEvent("t", 0)]))
+                assert error.code == ErrorCode.STORE_UNAVAILABLE, error
+                assert "locked" in error.message
+        finally:
+            other.rollback()
+            other.close()
+        assert store.read("s") == []
+
+
+@pytest.fixture
+def postgres_store(migrated_postgres_url: str) -> Iterator[Store]:
+    with a2sql.create_store(migrated_postgres_url) as opened:
+        yield opened
+
+
+WAITS_FOR_A_LOCK = text("select exists (select 1 from pg_locks where pid = :p and not granted)")
+
+
+def backend_pid(connection: sa.Connection) -> int:
+    return int(connection.execute(text("select pg_backend_pid()")).scalar_one())
+
+
+def terminate(store: Store, pid: int) -> None:
+    with store.engine.begin() as admin:
+        assert admin.execute(text("select pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
+
+
+def test_postgres_a_connection_lost_mid_call_stays_store_unavailable(
+    postgres_store: Store,
+) -> None:
+    """The server ends the caller's connection while a2sql's call waits on it: the call
+    is STORE_UNAVAILABLE (an outage). The connection is then invalidated: the next call
+    on it is INVALID_ARGUMENT, and once rolled back it serves again."""
+    store = postgres_store
+    with store.begin() as holder:
+        store.using(holder).append("s", [NewEvent("t", 0, id="held")])  # holds the lock
+        with store.engine.connect() as connection:
+            connection.begin()
+            pid = backend_pid(connection)
+            with ThreadPoolExecutor(1) as pool:
+                waiting = pool.submit(
+                    lambda: store.using(connection).append("s", [NewEvent("t", 0)])
+                )
+                with store.engine.connect() as watch:
+                    deadline = time.monotonic() + 30
+                    while not watch.execute(
+                        text(
+                            "select exists (select 1 from pg_locks where pid = :p and not granted)"
+                        ),
+                        {"p": pid},
+                    ).scalar():
+                        assert time.monotonic() < deadline, "the call never waited for the lock"
+                        time.sleep(0.01)
+                        watch.rollback()
+                terminate(store, pid)
+                with pytest.raises(A2Error) as raised:
+                    waiting.result(timeout=30)
+            assert raised.value.code == ErrorCode.STORE_UNAVAILABLE, raised.value
+            assert isinstance(raised.value.__cause__, DBAPIError)
+            error = refused(lambda: store.using(connection).append("s", [NewEvent("t", 0)]))
+            assert error.code == ErrorCode.INVALID_ARGUMENT, error
+            connection.rollback()
+    with store.engine.connect() as connection, connection.begin():
+        store.using(connection).append("s", [NewEvent("t", 0, id="after")])
+    assert [e.id for e in store.read("s")] == ["held", "after"]
+
+
+def test_postgres_a_connection_the_server_ended_stays_store_unavailable(
+    postgres_store: Store,
+) -> None:
+    """The server ended the caller's connection before the call: STORE_UNAVAILABLE."""
+    store = postgres_store
+    with store.engine.connect() as connection:
+        connection.begin()
+        terminate(store, backend_pid(connection))
+        error = refused(lambda: store.using(connection).append("s", [NewEvent("t", 0)]))
+        assert error.code == ErrorCode.STORE_UNAVAILABLE, error
+        assert connection.invalidated
+        connection.rollback()
+    assert store.read("s") == []
+
+
+# --- the same on the async facade -------------------------------------------------------
+
+
+Setup = Callable[[AsyncConnection], Awaitable[AsyncConnection]]
+
+
+async def _as_it_is(connection: AsyncConnection) -> AsyncConnection:
+    return connection
+
+
+def async_refusal(url: str, setup: Setup = _as_it_is, *, connect_to: str | None = None) -> A2Error:
+    """What ``async_store.using(connection).append(...)`` raises on a connection ``setup``
+    made of a fresh one (of the store's engine, or of one on ``connect_to``), its
+    transaction begun after if ``setup`` began none."""
+
+    async def main() -> A2Error:
+        async with a2sql.create_async_store(url) as async_store:
+            engine = async_store.engine if connect_to is None else create_async_engine(connect_to)
+            try:
+                async with engine.connect() as fresh:
+                    connection = await setup(fresh)
+                    if not connection.in_transaction():
+                        await connection.begin()
+                    with pytest.raises(A2Error) as raised:
+                        await async_store.using(connection).append("s", [NewEvent("t", 0)])
+                    await connection.rollback()
+                    return raised.value
+            finally:
+                if engine is not async_store.engine:
+                    await engine.dispose()
+
+    return asyncio.run(main())
+
+
+def test_async_an_invalidated_connection_is_refused(store: Store, url: str) -> None:
+    async def invalidated(connection: AsyncConnection) -> AsyncConnection:
+        await connection.begin()
+        await connection.invalidate()
+        return connection
+
+    error = async_refusal(url, invalidated)
+    assert error.code == ErrorCode.INVALID_ARGUMENT, error
+    assert "invalidated" in error.message
+
+
+def test_async_an_autocommit_connection_is_refused(store: Store, url: str) -> None:
+    async def autocommit(connection: AsyncConnection) -> AsyncConnection:
+        return await connection.execution_options(isolation_level="AUTOCOMMIT")
+
+    error = async_refusal(url, autocommit)
+    assert error.code == ErrorCode.INVALID_ARGUMENT, error
+    assert "AUTOCOMMIT" in error.message
+    assert store.read("s") == []
+
+
+def test_async_a_connection_without_a_transaction_is_refused(store: Store, url: str) -> None:
+    async def main() -> A2Error:
+        async with (
+            a2sql.create_async_store(url) as async_store,
+            async_store.engine.connect() as connection,
+        ):
+            with pytest.raises(A2Error) as raised:
+                await async_store.using(connection).append("s", [NewEvent("t", 0)])
+            return raised.value
+
+    error = asyncio.run(main())
+    assert error.code == ErrorCode.INVALID_ARGUMENT, error
+    assert "transaction" in error.message
+    assert store.read("s") == []
+
+
+def test_async_a_database_without_a2sqls_tables_is_a_schema_mismatch(
+    store: Store, url: str, tmp_path: Path
+) -> None:
+    async def elsewhere(connection: AsyncConnection) -> AsyncConnection:
+        await connection.begin()
+        if connection.dialect.name == "postgresql":
+            await connection.execute(text("set local search_path to a2sql_no_such_schema"))
+        return connection
+
+    other = None
+    if store.engine.dialect.name == "sqlite":
+        other = f"sqlite+aiosqlite:///{tmp_path / 'elsewhere.db'}"
+    error = async_refusal(url, elsewhere, connect_to=other)
+    assert error.code == ErrorCode.SCHEMA_MISMATCH, error
+    assert "a2sql's tables" in error.message
+
+
+def test_async_postgres_an_aborted_transaction_is_refused(
+    postgres_store: Store, migrated_postgres_url: str
+) -> None:
+    async def aborted(connection: AsyncConnection) -> AsyncConnection:
+        await connection.begin()
+        with pytest.raises(DBAPIError):
+            await connection.execute(text("select * from no_such_table"))
+        return connection
+
+    error = async_refusal(migrated_postgres_url, aborted)
+    assert error.code == ErrorCode.INVALID_ARGUMENT, error
+    assert "aborted" in error.message
+
+
+def test_async_postgres_a_connection_the_server_ended_stays_store_unavailable(
+    postgres_store: Store, migrated_postgres_url: str
+) -> None:
+    async def ended(connection: AsyncConnection) -> AsyncConnection:
+        await connection.begin()
+        pid = (await connection.execute(text("select pg_backend_pid()"))).scalar_one()
+        terminate(postgres_store, pid)
+        return connection
+
+    error = async_refusal(migrated_postgres_url, ended)
+    assert error.code == ErrorCode.STORE_UNAVAILABLE, error

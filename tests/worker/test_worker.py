@@ -8,12 +8,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Column, Integer, MetaData, String, Table, event, insert, select
+from sqlalchemy import Column, Integer, MetaData, String, Table, event, insert, select, text
+from sqlalchemy.exc import DBAPIError
 
 import a2sql
 from a2sql import A2Error, ErrorCode, EventCause, NewEvent, Store
@@ -298,6 +300,37 @@ def test_transactional_handler_failure_rolls_its_writes_back(store: Store) -> No
     quick(store, handler, transactional=True, max_failures=1).run_session("s")
     assert rows(store) == []
     assert store.read("s")[0].failed_at is not None
+
+
+def test_transactional_handler_that_breaks_its_transaction_fails_the_attempt(
+    store: Store,
+) -> None:
+    """A handler that swallows its own failed statement: on PostgreSQL its transaction
+    is aborted, and the completion in it is INVALID_ARGUMENT, which fails the attempt
+    (dead-lettered here) where an outage would be retried forever. On SQLite the
+    failed statement undoes only itself, and the attempt completes."""
+    store.append("s", [NewEvent("t")])
+
+    def handler(attempt: Attempt) -> None:
+        assert attempt.connection is not None
+        with suppress(DBAPIError):
+            attempt.connection.execute(text("select * from no_such_table"))
+
+    worker = quick(store, handler, transactional=True, max_failures=1)
+    served = ThreadPoolExecutor(1)
+    outcome = served.submit(worker.run_session, "s")
+    try:
+        outcome.result(timeout=30)
+    finally:
+        worker.stop()
+        served.shutdown()
+    [event] = store.read("s")
+    if store.engine.dialect.name == "postgresql":
+        assert event.failed_at is not None  # dead-lettered
+        assert "INVALID_ARGUMENT" in (event.last_error or "")
+        assert "aborted" in (event.last_error or "")
+    else:
+        assert event.processed_by_attempt == 1
 
 
 def test_transactional_superseded_completion_leaves_no_row(url: str) -> None:
