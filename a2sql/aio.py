@@ -333,6 +333,8 @@ class AsyncStore(AsyncOperations):
         sync path where the store has one and nothing watches its engine (a2sql.handoff),
         else statement by statement through the asyncio engine."""
         if isinstance(call, Done):
+            # Nothing to run, but a call still lets the loop turn (a2sql.handoff).
+            await asyncio.sleep(0)
             return call.result
         await self.ensure_schema()
         sync_path = self._sync_path
@@ -520,6 +522,7 @@ class AsyncUsingConnection(AsyncOperations):
 
     async def _run(self, call: Call[T] | Done[T]) -> T:
         if isinstance(call, Done):
+            await asyncio.sleep(0)  # as AsyncStore._run
             return call.result
         if self._store._closed:
             raise closed_store()

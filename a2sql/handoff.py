@@ -10,9 +10,11 @@ has a sync engine of the same database and runs each operation there, with
 - SQLite: on the event loop's own thread, without waiting for a lock (its
   busy timeout is 0). A transaction of a few statements on a local file
   takes tens of microseconds, less than a hand-off to a thread and back;
-  WAL readers never wait. Only a write that finds another writer holding the
-  lock is handed to a thread of its own, where it waits as ``Store``'s
-  would: writers are one at a time anyway, so one thread serves them.
+  WAL readers never wait. Each call first lets the loop turn once (other
+  tasks, due timers, signal handlers run), as a hand-off would. Only a write
+  that finds another writer holding the lock is handed to a thread of its
+  own, where it waits as ``Store``'s would: writers are one at a time
+  anyway, so one thread serves them.
 - PostgreSQL: in a thread per call from a small pool, while the loop runs
   other tasks: concurrency is what the loop is for. (The hot writes go from
   the loop itself, in one round trip each, where they can: a2sql.onloop.)
@@ -198,6 +200,11 @@ class SyncPath:
     async def run(self, ctx: Context, call: Call[T]) -> T:
         """``call`` in one transaction: committed, or rolled back and raised."""
         if self._inline is not None:
+            # Run inline, the call would never suspend: a task looping on the
+            # store would starve the loop's other tasks, its timers and its
+            # signal handlers. One turn of the loop first, before anything runs,
+            # so that a cancellation there still means nothing was committed.
+            await asyncio.sleep(0)
             try:
                 return self._inline.run(run_in_transaction, ctx, call, read_only=call.read_only)
             except OperationalError as error:

@@ -2,7 +2,8 @@
 
 An expired field is gone: a read never returns it and a write treats it as
 absent, whether or not it was swept yet. Sweeping is only housekeeping, done
-by writes, so that reading needs no write access (a read-only SQLite file).
+by writes, so that reading needs no write access (a read-only SQLite file),
+a bounded batch each, so that no write pays for everything expired before it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BindParameter, bindparam, delete, or_, select, tuple_
+from sqlalchemy import BindParameter, bindparam, delete, literal_column, or_, select, tuple_
 
 from a2sql import execute
 from a2sql.dialects import Dialect
@@ -30,13 +31,24 @@ DELETE_FIELD = delete(P).where(
     or_(P.c.at <= bindparam("at", type_=Timestamp()), P.c.expires_at <= NOW),
 )
 
-# The namespace's expired rows, but none another transaction holds: a sweep
-# never waits, so it cannot deadlock with writes (or other sweeps) that take
-# the same rows in another order; what it skips, a later write sweeps.
-# SQLite has no FOR UPDATE (its writers are serialized) and renders none.
+# How many expired rows one write sweeps at most: what a write costs must not
+# depend on how much expired before it (a million rows took seconds, every
+# SQLite writer waiting meanwhile). Each write sweeps up to this many, so rows
+# go away as fast as writes that leave them come.
+SWEEP_BATCH = 500
+
+# Up to SWEEP_BATCH of the namespace's expired rows, in primary key order (the
+# index's order: no sort, the scan stops at the batch), but none another
+# transaction holds: a sweep never waits, so it cannot deadlock with writes
+# (or other sweeps) that take the same rows in another order; what it skips,
+# a later write sweeps. SQLite has no FOR UPDATE (its writers are serialized)
+# and renders none. The bound is written into the SQL, so that PostgreSQL's
+# generic plan of the prepared statement knows it (as a2sql.ops.events.ONE_ROW).
 _EXPIRED = (
     select(P.c.ns, P.c.participant, P.c.field)
     .where(P.c.ns == NS, P.c.expires_at <= NOW)
+    .order_by(P.c.ns, P.c.participant, P.c.field)
+    .limit(literal_column(str(SWEEP_BATCH)))
     .with_for_update(skip_locked=True)
 )
 SWEEP = delete(P).where(
@@ -64,8 +76,8 @@ def set_fields(
     now: datetime,
     expires_at: datetime,
 ) -> None:
-    """Upsert or delete each field, then sweep the namespace's expired rows;
-    ``fields`` holds (field, encoded value or None for delete).
+    """Upsert or delete each field, then sweep up to ``SWEEP_BATCH`` of the namespace's
+    expired rows; ``fields`` holds (field, encoded value or None for delete).
 
     Fields are written in sorted order, deletions and upserts alike, so that
     concurrent writers of the same participant take row locks in one order

@@ -2,4 +2,5 @@ INSERT INTO a2_presence (ns, participant, field, value, seen, at, expires_at) VA
 
 DELETE FROM a2_presence WHERE a2_presence.ns = %(ns)s::VARCHAR COLLATE "C" AND a2_presence.expires_at <= %(now)s::TIMESTAMP WITH TIME ZONE AND (a2_presence.ns, a2_presence.participant, a2_presence.field) IN (SELECT a2_presence.ns, a2_presence.participant, a2_presence.field
 FROM a2_presence
-WHERE a2_presence.ns = %(ns)s::VARCHAR COLLATE "C" AND a2_presence.expires_at <= %(now)s::TIMESTAMP WITH TIME ZONE FOR UPDATE SKIP LOCKED);
+WHERE a2_presence.ns = %(ns)s::VARCHAR COLLATE "C" AND a2_presence.expires_at <= %(now)s::TIMESTAMP WITH TIME ZONE ORDER BY a2_presence.ns, a2_presence.participant, a2_presence.field
+ LIMIT 500 FOR UPDATE SKIP LOCKED);
