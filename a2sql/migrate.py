@@ -28,7 +28,8 @@ _ALEMBIC_PLUGINS_LOG.setLevel(logging.WARNING)
 try:
     from alembic import command
     from alembic.config import Config
-    from alembic.script import ScriptDirectory
+    from alembic.script import Script, ScriptDirectory
+    from alembic.util import CommandError
 finally:
     _ALEMBIC_PLUGINS_LOG.setLevel(_level)
 
@@ -197,15 +198,53 @@ def database_revision(engine: Engine) -> str | None:
 
 def move_to(engine: Engine, revision: str = "head") -> str | None:
     """Upgrade, or downgrade when ``revision`` is below the current one; return where it ends."""
+    return migrate_database(engine, revision)[1]
+
+
+def migrate_database(engine: Engine, revision: str = "head") -> tuple[str | None, str | None]:
+    """``move_to``, returning the revisions before and after, both read under the
+    migration's lock: of two concurrent runs, the second finds what the first did.
+    An unknown ``revision`` raises ``A2Error(INVALID_ARGUMENT)`` before connecting."""
+    check_revision(revision)
     with engine.connect() as connection:
-        return _move(connection, revision)
+        return _moved(connection, revision)
+
+
+def _unknown_revision(revision: str, error: CommandError) -> A2Error:
+    return A2Error(
+        ErrorCode.INVALID_ARGUMENT,
+        f"revision {revision!r}: {error}; a2sql knows "
+        f"{', '.join(sorted(known_revisions()))}, head and base",
+    )
+
+
+def check_revision(revision: str) -> None:
+    """Raise ``A2Error(INVALID_ARGUMENT)`` unless ``revision`` names one of a2sql's
+    revisions (an id or a unique prefix of one, ``head`` or ``base``)."""
+    _target(revision)
+
+
+def _target(revision: str) -> Script | None:
+    """The script of ``revision`` (``None`` for base), or ``INVALID_ARGUMENT``."""
+    script = ScriptDirectory.from_config(alembic_config())
+    try:
+        found = script.get_revision(revision)
+    except CommandError as error:
+        raise _unknown_revision(revision, error) from None
+    assert found is None or isinstance(found, Script)
+    return found
 
 
 def _move(connection: Connection, revision: str) -> str | None:
+    return _moved(connection, revision)[1]
+
+
+def _moved(connection: Connection, revision: str) -> tuple[str | None, str | None]:
     script = ScriptDirectory.from_config(alembic_config())
-    target = script.get_revision(revision)
+    target = _target(revision)
     with _keeping_alembic_proxies(), _transaction(connection, read_only=False):
         lock_for_migration(connection)
+        before = current_revision(connection)
         _adopt_seed_database(connection)
         found = current_revision(connection)
         below = revision == "base" or (
@@ -219,7 +258,7 @@ def _move(connection: Connection, revision: str) -> str | None:
             command.downgrade(config, revision)
         else:
             command.upgrade(config, revision)
-        return current_revision(connection)
+        return before, current_revision(connection)
 
 
 def stamp(connection: Connection, revision: str) -> None:
@@ -253,8 +292,11 @@ def offline_sql(url: str, revision: str = "head") -> str:
     buffer = io.StringIO()
     config = alembic_config(output=buffer)
     config.attributes["url"] = resolve_url(url)
-    with _keeping_alembic_proxies():
-        command.upgrade(config, revision, sql=True)
+    try:
+        with _keeping_alembic_proxies():
+            command.upgrade(config, revision, sql=True)
+    except CommandError as error:
+        raise _unknown_revision(revision, error) from None
     return buffer.getvalue()
 
 
