@@ -18,6 +18,7 @@ from sqlalchemy.pool import StaticPool
 from a2sql import urls
 from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS, begin_own
 from a2sql.errors import A2Error, ErrorCode
+from a2sql.escaping import command_line
 from a2sql.schema import TABLE_NAMES
 
 # Importing Alembic logs each of its plugins at INFO: an application that logs
@@ -51,7 +52,7 @@ def shown_url(connection: Connection) -> str:
 def upgrade_hint(connection: Connection) -> str:
     """The exact command that brings this database to the newest revision."""
     hidden = " (with your password for ***)" if connection.engine.url.password else ""
-    return f"run `a2sql migrate --url {shown_url(connection)}`{hidden}"
+    return f"run `{command_line('a2sql', 'migrate', '--url', shown_url(connection))}`{hidden}"
 
 
 def script_location() -> Path:
@@ -391,7 +392,8 @@ def _refuse_recorded_elsewhere(connection: Connection) -> None:
         f"versions are in its version_locations), while a2sql keeps its revision in "
         f"{VERSION_TABLE}. To recover: take a2sql's versions out of version_locations, "
         f"remove {ours[0]!r} from {APP_VERSION_TABLE} (`alembic stamp --purge <your head>`), "
-        f"then run `a2sql stamp {ours[0]} --url {url}`; keep a2sql's schema coming up "
+        f"then run `{command_line('a2sql', 'stamp', ours[0], '--url', url)}`; "
+        "keep a2sql's schema coming up "
         "from your env.py with `a2sql.migrate.upgrade(connection)`",
     )
 
@@ -407,7 +409,7 @@ def _adopt_seed_database(connection: Connection) -> None:
                 ErrorCode.SCHEMA_MISMATCH,
                 f"{url}: a2sql's tables exist but carry no a2sql revision ({VERSION_TABLE} "
                 "is missing or empty). If a2sql's migrations made them, record the revision "
-                f"they are at with `a2sql stamp REVISION --url {url}`",
+                f"they are at with `{command_line('a2sql', 'stamp', 'REVISION', '--url', url)}`",
             )
         return
     if current_revision(connection) is not None or not _has_a2_tables(connection):

@@ -10,12 +10,12 @@ import click
 from a2sql.cli.common import URL_HELP, CommandFailed
 from a2sql.cli.copying import copy
 from a2sql.cli.demo import demo
-from a2sql.cli.escaping import printable
 from a2sql.cli.reading import dead_letters, events, session, sessions, status, tail
 from a2sql.cli.repairs import delete, prune, retry, skip
 from a2sql.cli.schema import migrate, stamp
 from a2sql.cli.worker import worker
 from a2sql.errors import DRIVER_FAILURES, A2Error, from_driver_error
+from a2sql.escaping import printable
 
 
 @click.group(

@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 import click
 from sqlalchemy import URL
 
-from a2sql.cli.escaping import command_line, printable
 from a2sql.config import DEFAULT_URL, ENV_URL, resolve_url
+from a2sql.escaping import command_line, printable
 from a2sql.sqlite_file import file_of
 from a2sql.store import Store
 from a2sql.urls import shown_url

@@ -12,10 +12,10 @@ from sqlalchemy import URL, Engine
 from a2sql import migrate as migrations
 from a2sql import transfer
 from a2sql.cli.common import CANNOT_RUN, CommandFailed, existing, json_option, plural
-from a2sql.cli.escaping import command_line
 from a2sql.cli.output import Output
 from a2sql.config import build_engine
 from a2sql.errors import listed
+from a2sql.escaping import command_line
 from a2sql.sqlite_file import file_of
 from a2sql.store import Store
 from a2sql.urls import shown_url

@@ -25,9 +25,9 @@ import click
 
 from a2sql import migrate as migrations
 from a2sql.cli.common import shown, url_option
-from a2sql.cli.escaping import command_line
 from a2sql.cli.output import Output
 from a2sql.cli.states import STATE_STYLES, event_state
+from a2sql.escaping import command_line
 from a2sql.records import Event, NewEvent
 from a2sql.store import Store
 

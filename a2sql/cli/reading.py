@@ -14,9 +14,9 @@ from a2sql.cli.common import (
     shown,
     url_option,
 )
-from a2sql.cli.escaping import command_line
 from a2sql.cli.output import Output, age, iso
 from a2sql.cli.states import STATE_STYLES, event_state, first_line
+from a2sql.escaping import command_line
 from a2sql.records import SessionSummary, StoredEvent
 from a2sql.store import Store
 

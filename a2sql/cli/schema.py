@@ -20,9 +20,9 @@ from a2sql.cli.common import (
     no_such_file,
     url_option,
 )
-from a2sql.cli.escaping import command_line
 from a2sql.cli.output import Output
 from a2sql.config import build_engine, resolve_url
+from a2sql.escaping import command_line
 from a2sql.sqlite_file import file_of
 from a2sql.urls import shown_url
 

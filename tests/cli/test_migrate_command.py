@@ -84,14 +84,14 @@ def _migrations_held(url: str) -> Iterator[Callable[[int], bool]]:
     lock); yields ``waiting(n)``: whether ``n`` others wait for it (as far as can be seen)."""
     if url.startswith("sqlite"):
         path = url.removeprefix("sqlite:///")
-        connection = sqlite3.connect(path, isolation_level=None)
-        connection.execute("pragma journal_mode = wal")
-        connection.execute("begin immediate")
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("pragma journal_mode = wal")
+        holder.execute("begin immediate")
         try:
             yield lambda _n: True  # SQLite shows no waiters: the caller's pause must do
         finally:
-            connection.execute("rollback")
-            connection.close()
+            holder.execute("rollback")
+            holder.close()
         return
     engine = create_engine(url)
     try:

@@ -1,4 +1,4 @@
-"""Stored text made safe to print: control characters escaped, suggested commands quoted.
+"""Text made safe to print: control characters escaped, suggested commands quoted.
 
 Session ids, event types, lanes, holders, reducer names and handler errors
 come from whoever wrote to the database. Printed raw, an escape sequence in
