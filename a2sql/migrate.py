@@ -229,11 +229,9 @@ def _target(revision: str) -> Script | None:
     """The script of ``revision`` (``None`` for base), or ``INVALID_ARGUMENT``."""
     script = ScriptDirectory.from_config(alembic_config())
     try:
-        found = script.get_revision(revision)
+        return script.get_revision(revision)
     except CommandError as error:
         raise _unknown_revision(revision, error) from None
-    assert found is None or isinstance(found, Script)
-    return found
 
 
 def _move(connection: Connection, revision: str) -> str | None:
