@@ -18,6 +18,7 @@ from sqlalchemy.pool import StaticPool
 from a2sql import urls
 from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS, begin_own
 from a2sql.errors import A2Error, ErrorCode
+from a2sql.escaping import command_line
 from a2sql.schema import TABLE_NAMES
 
 # Importing Alembic logs each of its plugins at INFO: an application that logs
@@ -28,7 +29,8 @@ _ALEMBIC_PLUGINS_LOG.setLevel(logging.WARNING)
 try:
     from alembic import command
     from alembic.config import Config
-    from alembic.script import ScriptDirectory
+    from alembic.script import Script, ScriptDirectory
+    from alembic.util import CommandError
 finally:
     _ALEMBIC_PLUGINS_LOG.setLevel(_level)
 
@@ -50,7 +52,7 @@ def shown_url(connection: Connection) -> str:
 def upgrade_hint(connection: Connection) -> str:
     """The exact command that brings this database to the newest revision."""
     hidden = " (with your password for ***)" if connection.engine.url.password else ""
-    return f"run `a2sql migrate --url {shown_url(connection)}`{hidden}"
+    return f"run `{command_line('a2sql', 'migrate', '--url', shown_url(connection))}`{hidden}"
 
 
 def script_location() -> Path:
@@ -197,15 +199,51 @@ def database_revision(engine: Engine) -> str | None:
 
 def move_to(engine: Engine, revision: str = "head") -> str | None:
     """Upgrade, or downgrade when ``revision`` is below the current one; return where it ends."""
+    return migrate_database(engine, revision)[1]
+
+
+def migrate_database(engine: Engine, revision: str = "head") -> tuple[str | None, str | None]:
+    """``move_to``, returning the revisions before and after, both read under the
+    migration's lock: of two concurrent runs, the second finds what the first did.
+    An unknown ``revision`` raises ``A2Error(INVALID_ARGUMENT)`` before connecting."""
+    check_revision(revision)
     with engine.connect() as connection:
-        return _move(connection, revision)
+        return _moved(connection, revision)
+
+
+def _unknown_revision(revision: str, error: CommandError) -> A2Error:
+    return A2Error(
+        ErrorCode.INVALID_ARGUMENT,
+        f"revision {revision!r}: {error}; a2sql knows "
+        f"{', '.join(sorted(known_revisions()))}, head and base",
+    )
+
+
+def check_revision(revision: str) -> None:
+    """Raise ``A2Error(INVALID_ARGUMENT)`` unless ``revision`` names one of a2sql's
+    revisions (an id or a unique prefix of one, ``head`` or ``base``)."""
+    _target(revision)
+
+
+def _target(revision: str) -> Script | None:
+    """The script of ``revision`` (``None`` for base), or ``INVALID_ARGUMENT``."""
+    script = ScriptDirectory.from_config(alembic_config())
+    try:
+        return script.get_revision(revision)
+    except CommandError as error:
+        raise _unknown_revision(revision, error) from None
 
 
 def _move(connection: Connection, revision: str) -> str | None:
+    return _moved(connection, revision)[1]
+
+
+def _moved(connection: Connection, revision: str) -> tuple[str | None, str | None]:
     script = ScriptDirectory.from_config(alembic_config())
-    target = script.get_revision(revision)
+    target = _target(revision)
     with _keeping_alembic_proxies(), _transaction(connection, read_only=False):
         lock_for_migration(connection)
+        before = current_revision(connection)
         _adopt_seed_database(connection)
         found = current_revision(connection)
         below = revision == "base" or (
@@ -219,7 +257,7 @@ def _move(connection: Connection, revision: str) -> str | None:
             command.downgrade(config, revision)
         else:
             command.upgrade(config, revision)
-        return current_revision(connection)
+        return before, current_revision(connection)
 
 
 def stamp(connection: Connection, revision: str) -> None:
@@ -253,8 +291,11 @@ def offline_sql(url: str, revision: str = "head") -> str:
     buffer = io.StringIO()
     config = alembic_config(output=buffer)
     config.attributes["url"] = resolve_url(url)
-    with _keeping_alembic_proxies():
-        command.upgrade(config, revision, sql=True)
+    try:
+        with _keeping_alembic_proxies():
+            command.upgrade(config, revision, sql=True)
+    except CommandError as error:
+        raise _unknown_revision(revision, error) from None
     return buffer.getvalue()
 
 
@@ -349,7 +390,8 @@ def _refuse_recorded_elsewhere(connection: Connection) -> None:
         f"versions are in its version_locations), while a2sql keeps its revision in "
         f"{VERSION_TABLE}. To recover: take a2sql's versions out of version_locations, "
         f"remove {ours[0]!r} from {APP_VERSION_TABLE} (`alembic stamp --purge <your head>`), "
-        f"then run `a2sql stamp {ours[0]} --url {url}`; keep a2sql's schema coming up "
+        f"then run `{command_line('a2sql', 'stamp', ours[0], '--url', url)}`; "
+        "keep a2sql's schema coming up "
         "from your env.py with `a2sql.migrate.upgrade(connection)`",
     )
 
@@ -365,7 +407,7 @@ def _adopt_seed_database(connection: Connection) -> None:
                 ErrorCode.SCHEMA_MISMATCH,
                 f"{url}: a2sql's tables exist but carry no a2sql revision ({VERSION_TABLE} "
                 "is missing or empty). If a2sql's migrations made them, record the revision "
-                f"they are at with `a2sql stamp REVISION --url {url}`",
+                f"they are at with `{command_line('a2sql', 'stamp', 'REVISION', '--url', url)}`",
             )
         return
     if current_revision(connection) is not None or not _has_a2_tables(connection):

@@ -19,6 +19,7 @@ from sqlalchemy.pool import NullPool
 
 import a2sql
 from a2sql import A2Error, ErrorCode, migrate
+from a2sql.escaping import command_line
 
 ALEMBIC = str(Path(sys.executable).with_name("alembic"))
 
@@ -165,7 +166,7 @@ def test_the_version_locations_mistake_is_named_and_stamp_recovers(url: str) -> 
         assert raised.value.code is ErrorCode.SCHEMA_MISMATCH
         message = str(raised.value)
         assert "recorded in alembic_version" in message and "version_locations" in message
-        assert f"`a2sql stamp {head} --url {shown}`" in message
+        assert f"`{command_line('a2sql', 'stamp', head, '--url', shown)}`" in message
     from a2sql.cli import main
 
     assert main(["stamp", head, "--url", url]) == 0
@@ -263,7 +264,7 @@ def test_an_empty_version_table_says_how_to_record_the_revision(postgres_url: st
         a2sql.create_store(url, migrate=True)
     shown = make_url(_driver_url(url)).render_as_string(hide_password=True)
     assert f"{migrate.VERSION_TABLE} is missing or empty" in str(raised.value)
-    assert f"`a2sql stamp REVISION --url {shown}`" in str(raised.value)
+    assert f"`{command_line('a2sql', 'stamp', 'REVISION', '--url', shown)}`" in str(raised.value)
 
 
 def test_schema_mismatch_names_the_database_and_the_exact_command(url: str) -> None:
@@ -273,7 +274,7 @@ def test_schema_mismatch_names_the_database_and_the_exact_command(url: str) -> N
     with pytest.raises(A2Error) as raised:
         a2sql.create_store(url, migrate=False)
     shown = make_url(_driver_url(url)).render_as_string(hide_password=True)
-    assert str(raised.value).endswith(f"run `a2sql migrate --url {shown}`")
+    assert str(raised.value).endswith(f"run `{command_line('a2sql', 'migrate', '--url', shown)}`")
     assert str(raised.value).startswith(f"SCHEMA_MISMATCH: {shown}: ")
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import click
 
-from a2sql.cli.common import CommandFailed
+from a2sql.cli.common import URL_HELP, CommandFailed
 from a2sql.cli.copying import copy
 from a2sql.cli.demo import demo
 from a2sql.cli.reading import dead_letters, events, session, sessions, status, tail
@@ -15,6 +15,7 @@ from a2sql.cli.repairs import delete, prune, retry, skip
 from a2sql.cli.schema import migrate, stamp
 from a2sql.cli.worker import worker
 from a2sql.errors import DRIVER_FAILURES, A2Error, from_driver_error
+from a2sql.escaping import printable
 
 
 @click.group(
@@ -22,12 +23,16 @@ from a2sql.errors import DRIVER_FAILURES, A2Error, from_driver_error
     invoke_without_command=True,
 )
 @click.version_option(package_name="a2sql")
+@click.option("--url", metavar="URL", default=None, help=URL_HELP)
 @click.pass_context
-def cli(ctx: click.Context) -> None:
+def cli(ctx: click.Context, url: str | None) -> None:
     """a2sql: durable, multi-worker event sessions on SQLite and PostgreSQL.
 
-    Every command takes --url (default: $A2SQL_DATABASE_URL, else the embedded
-    sqlite:///.a2/dev.db); reading commands take --json for scripts.
+    Every command takes --url, before or after its name (default:
+    $A2SQL_DATABASE_URL, else the embedded sqlite:///.a2/dev.db); reading
+    commands take --json for scripts. Exit status: 0 done; 1 nothing to act
+    on (no such session or event, nothing changed, schema behind); 2 could
+    not run; 3 `migrate --check` found no database.
     """
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
@@ -53,6 +58,11 @@ for command in (
     cli.add_command(command)
 
 
+def _fail(message: str) -> None:
+    # A message may quote stored text (a session id, an event's error): escaped.
+    print(f"a2sql: {printable(message)}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; errors are one line on stderr and a non-zero exit status."""
     try:
@@ -65,20 +75,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
     except click.exceptions.Abort:
-        print("a2sql: aborted", file=sys.stderr)
+        _fail("aborted")
         return 130
     except click.UsageError as error:
         hint = f" (see `{error.ctx.command_path} --help`)" if error.ctx is not None else ""
-        print(f"a2sql: {error.format_message()}{hint}", file=sys.stderr)
+        _fail(f"{error.format_message()}{hint}")
         return error.exit_code
     except click.ClickException as error:
-        print(f"a2sql: {error.format_message()}", file=sys.stderr)
+        _fail(error.format_message())
         return error.exit_code
     except CommandFailed as error:
-        print(f"a2sql: {error}", file=sys.stderr)
+        _fail(str(error))
         return error.code
     except A2Error as error:
-        print(f"a2sql: {error}", file=sys.stderr)
+        _fail(str(error))
         return 2
     except KeyboardInterrupt:
         return 130

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
-from pathlib import Path
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import click
 from sqlalchemy import URL
 
-from a2sql.config import DEFAULT_URL, ENV_URL, is_sqlite_memory, resolve_url
+from a2sql.config import DEFAULT_URL, ENV_URL, resolve_url
+from a2sql.escaping import command_line, printable
+from a2sql.sqlite_file import file_of
 from a2sql.store import Store
 from a2sql.urls import shown_url
 
@@ -26,10 +28,12 @@ LISTEN_HELP = (
 
 
 # Exit statuses: 1 when the command ran and found nothing to act on (no such
-# session, not a dead letter, nothing deleted, behind on migrations);
-# 2 when it could not run (usage, the database, a refusal).
+# session or event, not a dead letter, nothing deleted, behind on migrations);
+# 2 when it could not run (usage, the database, a refusal); 3 when
+# `migrate --check` finds no database at all.
 NOTHING_DONE = 1
 CANNOT_RUN = 2
+NO_DATABASE = 3
 
 
 class CommandFailed(Exception):
@@ -45,8 +49,27 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def _url_before_or_after(ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+    """``--url`` after the command, else the one before it (``a2sql --url URL status``)."""
+    before = ctx.find_root().params.get("url")
+    if value is None:
+        return before
+    if before is not None and before != value:
+        raise click.UsageError(
+            "--url is given before and after the command, with different URLs: give it once",
+            ctx,
+        )
+    return value
+
+
 def url_option(function: F) -> F:
-    return click.option("--url", metavar="URL", default=None, help=URL_HELP)(function)
+    return click.option(
+        "--url",
+        metavar="URL",
+        default=None,
+        help=URL_HELP,
+        callback=_url_before_or_after,
+    )(function)
 
 
 def listen_option(function: F) -> F:
@@ -71,24 +94,46 @@ def shown(url: str | None) -> str:
     return shown_url(resolve_url(url))
 
 
+def missing_file(url: URL) -> bool:
+    """Whether ``url`` is a SQLite file that does not exist (opening it would create it)."""
+    path = file_of(url)
+    return path is not None and not path.exists()
+
+
+def no_such_file(url: URL, role: str = "database", code: int = CANNOT_RUN) -> CommandFailed:
+    """The one-line refusal of a SQLite file that does not exist."""
+    where = shown_url(url)
+    return CommandFailed(
+        f"{role} {where}: no such database file "
+        f"(`{command_line('a2sql', 'migrate', '--url', where)}` creates one)",
+        code,
+    )
+
+
 def existing(url: str | None, role: str = "database") -> URL:
     """``url`` resolved, refusing a SQLite file that does not exist: a mistyped path must
     not become a new, empty database. The default ``.a2/dev.db`` is made on first use."""
     resolved = resolve_url(url)
-    database = resolved.database
-    if (
-        resolved.get_backend_name() == "sqlite"
-        and database
-        and not is_sqlite_memory(resolved)
-        and resolved != resolve_url(DEFAULT_URL)
-        and not Path(database).exists()
-    ):
-        where = shown_url(resolved)
+    if missing_file(resolved) and resolved != resolve_url(DEFAULT_URL):
+        raise no_such_file(resolved, role)
+    return resolved
+
+
+def refuse_unasked(yes: bool, command: str) -> None:
+    """A command that deletes asks first on a terminal; elsewhere it needs ``--yes``, so
+    that a script says it means it. Called before anything is opened."""
+    if not yes and not sys.stdin.isatty():
         raise CommandFailed(
-            f"{role} {where}: no such database file (`a2sql migrate --url {where}` creates one)",
+            f"{command} deletes and asks first, but stdin is not a terminal: "
+            "pass --yes to delete without asking (or --dry-run to see what it would delete)",
             CANNOT_RUN,
         )
-    return resolved
+
+
+def confirm(question: str) -> None:
+    """Ask on the terminal (on stderr: stdout stays data); anything but yes: exit 1."""
+    if not click.confirm(printable(question), default=False, err=True):
+        raise CommandFailed("nothing deleted", NOTHING_DONE)
 
 
 @contextmanager
@@ -113,7 +158,8 @@ _UNITS = {
 
 
 class Age(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on only
-    """A duration such as ``30d``, ``12h``, ``1d12h`` or ``90s``."""
+    """A duration such as ``30d``, ``12h``, ``1d12h`` or ``90s``, that reaches no further
+    back than the year 1 (a cut before it cannot be written as a time)."""
 
     name = "AGE"
 
@@ -124,4 +170,37 @@ class Age(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 
         parts = _AGE_PART.findall(text)
         if not parts or _AGE_PART.sub("", text).strip():
             self.fail(f"{value!r} is not a duration such as 30d, 12h, 1d12h or 90s", param, ctx)
-        return sum((int(n) * _UNITS[unit] for n, unit in parts), timedelta())
+        too_long = f"{value!r} is too long: it reaches back before the year 1"
+        try:
+            age = sum((int(n) * _UNITS[unit] for n, unit in parts), timedelta())
+        except OverflowError:
+            self.fail(too_long, param, ctx)
+        if age > datetime.now(UTC) - datetime.min.replace(tzinfo=UTC):
+            self.fail(too_long, param, ctx)
+        return age
+
+
+class Whole(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on only
+    """A whole number from ``minimum`` (to ``maximum``), failing with what is expected."""
+
+    name = "INTEGER"
+
+    def __init__(self, minimum: int, maximum: int | None = None, what: str = "") -> None:
+        self.minimum, self.maximum = minimum, maximum
+        span = f"from {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+        self.expected = f"{what}, a whole number {span}" if what else f"a whole number {span}"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int):
+            number = value
+        else:
+            try:
+                number = int(str(value).strip(), 10)
+            except ValueError:
+                self.fail(f"{value!r}: expected {self.expected}", param, ctx)
+        if number < self.minimum or (self.maximum is not None and number > self.maximum):
+            self.fail(f"{number}: expected {self.expected}", param, ctx)
+        return number
+
+
+EVENT_INDEX = Whole(1, what="an event index")

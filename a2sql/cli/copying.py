@@ -2,25 +2,41 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
 import click
-from sqlalchemy import Engine
+from sqlalchemy import URL, Engine
 
 from a2sql import migrate as migrations
 from a2sql import transfer
 from a2sql.cli.common import CANNOT_RUN, CommandFailed, existing, json_option, plural
 from a2sql.cli.output import Output
-from a2sql.config import build_engine, resolve_url
+from a2sql.config import build_engine
 from a2sql.errors import listed
+from a2sql.escaping import command_line
+from a2sql.sqlite_file import file_of
 from a2sql.store import Store
 from a2sql.urls import shown_url
 
 
-def _engine(url: str, role: str) -> tuple[Engine, str]:
-    resolved = existing(url, role)
+def _engine(resolved: URL) -> tuple[Engine, str]:
     return build_engine(resolved), shown_url(resolved)
+
+
+def _same_database(source: URL, destination: URL) -> bool:
+    """The same URL, or two spellings of one SQLite file (``x.db``, ``./x.db``, an
+    absolute path, a symbolic or hard link)."""
+    if source == destination:
+        return True
+    source_file, destination_file = file_of(source), file_of(destination)
+    if source_file is None or destination_file is None:
+        return False
+    try:
+        return os.path.samefile(source_file, destination_file)
+    except OSError:  # one of them does not exist: ``existing`` has said so already
+        return False
 
 
 @contextmanager
@@ -29,18 +45,21 @@ def _stores(source_url: str, destination_url: str) -> Iterator[tuple[Store, Stor
     from a2sql.create import create_store
 
     head = migrations.head_revision()
-    if resolve_url(source_url) == resolve_url(destination_url):
+    source_resolved = existing(source_url, "source")
+    destination_resolved = existing(destination_url, "destination")
+    if _same_database(source_resolved, destination_resolved):
         raise CommandFailed("the source and the destination are the same database", CANNOT_RUN)
     with ExitStack() as stack:
         opened = []
-        for url, role in ((source_url, "source"), (destination_url, "destination")):
-            engine, shown = _engine(url, role)
+        for resolved, role in ((source_resolved, "source"), (destination_resolved, "destination")):
+            engine, shown = _engine(resolved)
             stack.callback(engine.dispose)
             found = migrations.database_revision(engine)
             if found != head:
+                hint = command_line("a2sql", "migrate", "--url", shown)
                 raise CommandFailed(
                     f"{role} {shown} is at schema revision {found or 'none'}, and copy needs "
-                    f"both databases at {head}: run `a2sql migrate --url {shown}` first",
+                    f"both databases at {head}: run `{hint}` first",
                     CANNOT_RUN,
                 )
             opened.append((stack.enter_context(create_store(engine, migrate=False)), shown))
@@ -72,9 +91,12 @@ def copy(
     in one transaction, so an interrupted copy can simply be run again: the
     sessions it finished are found as the source has them and passed over.
     """
+    if click.get_current_context().find_root().params.get("url") is not None:
+        raise click.UsageError("copy takes its two URLs as arguments, not --url")
     out = Output(as_json=as_json)
     with _stores(source_url, destination_url) as (source, destination, src_shown, dst_shown):
-        out.note(f"from {src_shown}\nto   {dst_shown}")
+        out.note(f"from {src_shown}")
+        out.note(f"to   {dst_shown}")
         summaries = list(transfer.source_sessions(source, prefix))
         plan = transfer.plan(source, destination, summaries)
         if plan.different and not skip_existing:

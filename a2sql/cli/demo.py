@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from a2sql import migrate as migrations
-from a2sql.cli.common import URL_HELP, shown
+from a2sql.cli.common import shown, url_option
 from a2sql.cli.output import Output
 from a2sql.cli.states import STATE_STYLES, event_state
+from a2sql.escaping import command_line
 from a2sql.records import Event, NewEvent
 from a2sql.store import Store
 
@@ -126,32 +127,36 @@ def run_demo(url: str | None) -> None:
         out.line("")
         out.line(f"state ({REDUCER}, snapshot at #{snapshot.index}): {state}")
         dead = store.inspect.list_dead_letters(prefix=session_id).events
-        flag = "" if url is None else f" --url {where}"
+        flag = () if url is None else ("--url", where)
         a2sql = _command_name()
+
+        def suggest(*words: object) -> None:
+            out.line(f"  {command_line(*a2sql, *words, *flag)}")
+
         out.line("")
         out.line("look into it:")
-        out.line(f"  {a2sql} session {session_id}{flag}")
-        out.line(f"  {a2sql} events {session_id}{flag}")
-        out.line(f"  {a2sql} dead-letters --prefix {session_id}{flag}")
+        suggest("session", session_id)
+        suggest("events", session_id)
+        suggest("dead-letters", "--prefix", session_id)
         for event in dead:
-            out.line(f"  {a2sql} retry {session_id} {event.index}{flag}")
-            out.line(f"  {a2sql} skip {session_id} {event.index} --reason 'no template'{flag}")
+            suggest("retry", session_id, event.index)
+            suggest("skip", session_id, event.index, "--reason", "no template")
 
 
-def _command_name() -> str:
-    """How to run ``a2sql`` from here: by name when it is on PATH, else by its path (a
-    virtualenv's, not activated)."""
+def _command_name() -> tuple[str, ...]:
+    """How to run ``a2sql`` from here, as words: by name when it is on PATH, else by its
+    path (a virtualenv's, not activated)."""
     if shutil.which("a2sql"):
-        return "a2sql"
+        return ("a2sql",)
     program = Path(sys.argv[0])
     if program.name == "a2sql" and program.exists():
         relative = os.path.relpath(program)
-        return relative if relative.startswith(".") else f"./{relative}"
-    return f"{sys.executable} -m a2sql.cli"
+        return (relative if relative.startswith(".") else f"./{relative}",)
+    return (sys.executable, "-m", "a2sql.cli")
 
 
 @click.command()
-@click.option("--url", metavar="URL", default=None, help=URL_HELP)
+@url_option
 def demo(url: str | None) -> None:
     """Run a short job with the reference worker, live.
 

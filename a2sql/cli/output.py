@@ -5,7 +5,9 @@ Tables are tab-separated lines with a header when stdout is not a terminal,
 so that scripts can cut and grep them; ``--json`` prints one JSON document
 (or, for ``tail``, one JSON object per line). Times are ISO 8601 in UTC, to
 the millisecond. Diagnostics, such as which database a command reads, go to
-stderr.
+stderr. Every text printed here has its control characters escaped, and in a
+terminal it goes to rich as ``Text``, never as markup: stored text is shown
+as it is, whoever wrote it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
+
+from a2sql.escaping import json_printable, printable
 
 
 def iso(value: datetime | None) -> str:
@@ -71,40 +75,41 @@ class Output:
     def database(self, shown_url: str) -> None:
         """Say which database the command works on (stderr, or a header in a terminal)."""
         if self.rich:
-            self.console.print(Text(f"database: {shown_url}", style="dim"))
+            self.console.print(Text(f"database: {printable(shown_url)}", style="dim"))
         elif not self.as_json:
-            print(f"database: {shown_url}", file=sys.stderr)
+            print(f"database: {printable(shown_url)}", file=sys.stderr)
 
     def json(self, document: Any) -> None:
-        print(json.dumps(jsonable(document), ensure_ascii=False, indent=None))
+        print(json_printable(json.dumps(jsonable(document), ensure_ascii=False, indent=None)))
         sys.stdout.flush()
 
     def line(self, text: str, style: str | None = None) -> None:
         if self.rich:
-            self.console.print(Text(text, style=style or ""))
+            self.console.print(Text(printable(text), style=style or ""))
         else:
-            print(text)
+            print(printable(text))
             sys.stdout.flush()
 
     def note(self, text: str) -> None:
         """A remark beside the data (stderr when plain, so stdout stays data)."""
         if self.rich:
-            self.console.print(Text(text, style="dim"))
+            self.console.print(Text(printable(text), style="dim"))
         else:
-            print(text, file=sys.stderr)
+            print(printable(text), file=sys.stderr)
 
     def fields(self, pairs: Sequence[tuple[str, object]], title: str | None = None) -> None:
         """``name: value`` lines."""
         if self.rich:
-            table = Table(show_header=False, box=None, title=title, title_justify="left")
+            shown_title = None if title is None else Text(printable(title))
+            table = Table(show_header=False, box=None, title=shown_title, title_justify="left")
             table.add_column(style="bold")
             table.add_column()
             for name, value in pairs:
-                table.add_row(name, str(value))
+                table.add_row(Text(printable(name)), Text(printable(value)))
             self.console.print(table)
             return
         for name, value in pairs:
-            print(f"{name}: {value}")
+            print(f"{printable(name)}: {printable(value)}")
 
     def table(
         self,
@@ -120,7 +125,7 @@ class Output:
                 self.console.print(Text(empty, style="dim"))
                 return
             table = Table(box=None, header_style="bold", pad_edge=False)
-            cells = [[str(cell) for cell in row] for row in rows]
+            cells = [[printable(cell) for cell in row] for row in rows]
             for number, name in enumerate(columns):
                 if number == len(columns) - 1:
                     table.add_column(name)  # the last one (details, errors) wraps
@@ -128,14 +133,16 @@ class Output:
                 # Ids, indexes and times are never cut short.
                 widest = max(len(name), *(len(row[number]) for row in cells))
                 table.add_column(name, no_wrap=True, min_width=widest)
-            for position, row in enumerate(rows):
+            for position, texts in enumerate(cells):
                 style = styles[position] if styles else None
-                table.add_row(*(str(cell) for cell in row), style=style)
+                table.add_row(*(Text(cell) for cell in texts), style=style)
             self.console.print(table)
             return
+        # A tab or a line break in a cell is escaped (\t, \n) with the other
+        # controls: the lines stay one row each, their columns tab-separated.
         print("\t".join(columns))
         for row in rows:
-            print("\t".join(str(cell).replace("\t", " ").replace("\n", " ") for cell in row))
+            print("\t".join(printable(cell) for cell in row))
 
     @contextmanager
     def progress(self, description: str, total: int | None) -> Iterator[Any]:

@@ -7,6 +7,7 @@ import click
 from a2sql import migrate as migrations
 from a2sql.cli.common import (
     CommandFailed,
+    Whole,
     json_option,
     listen_option,
     opened,
@@ -15,6 +16,7 @@ from a2sql.cli.common import (
 )
 from a2sql.cli.output import Output, age, iso
 from a2sql.cli.states import STATE_STYLES, event_state, first_line
+from a2sql.escaping import command_line
 from a2sql.records import SessionSummary, StoredEvent
 from a2sql.store import Store
 
@@ -99,7 +101,7 @@ def _summary_style(summary: SessionSummary) -> str | None:
 @click.option("--prefix", default="", help="Only sessions whose id starts with this.")
 @click.option("--after", default=None, metavar="ID", help="Start after this session id.")
 @click.option(
-    "--limit", default=50, show_default=True, type=click.IntRange(1), help="Show at most this many."
+    "--limit", default=50, show_default=True, type=Whole(1), help="Show at most this many."
 )
 @url_option
 @json_option
@@ -130,7 +132,8 @@ def sessions(prefix: str, after: str | None, limit: int, url: str | None, as_jso
         empty="no sessions",
     )
     if more:
-        out.note(f"(more after {found[-1].session_id}: pass --after {found[-1].session_id})")
+        last = found[-1].session_id
+        out.note(f"(more after {last}: pass {command_line('--after', last)})")
 
 
 @click.command()
@@ -201,14 +204,14 @@ def _payload(event: StoredEvent) -> str:
     "--after",
     default=0,
     show_default=True,
-    type=click.IntRange(0),
+    type=Whole(0, what="an event index"),
     help="Show the events after this index.",
 )
 @click.option(
     "--limit",
     default=100,
     show_default=True,
-    type=click.IntRange(1, 1000),
+    type=Whole(1, 1000),
     help="Show at most this many.",
 )
 @url_option
@@ -219,11 +222,14 @@ def events(session_id: str, after: int, limit: int, url: str | None, as_json: bo
     pending (waits for its lane), ready, claimed (by whom, until when), retrying
     (failed, claimable again at a time), processed (by which attempt), settled
     (appended processed), skipped, dead-lettered, blocked (behind a dead letter).
+    A session with no events does not exist: exit 1, as for `a2sql session`.
     """
     out = Output(as_json=as_json)
     with opened(url) as store:
         out.database(shown(url))
         page = store.inspect.read_events(session_id, after_index=after, limit=limit)
+        if page.through_index == 0:
+            raise CommandFailed(f"no session {session_id!r} (it has no events)")
         now = store.clock.now()
     states = [event_state(event, page, now) for event in page.events]
     if as_json:
@@ -257,7 +263,7 @@ def events(session_id: str, after: int, limit: int, url: str | None, as_json: bo
     "start",
     default=0,
     show_default=True,
-    type=click.IntRange(0),
+    type=Whole(0, what="an event index"),
     help="Start after this index (0: from the first event).",
 )
 @url_option
@@ -313,7 +319,7 @@ def _all_dead_letters(
     "--limit",
     default=100,
     show_default=True,
-    type=click.IntRange(1),
+    type=Whole(1),
     help="Show at most this many.",
 )
 @url_option
@@ -357,9 +363,9 @@ def dead_letters(prefix: str, limit: int, url: str | None, as_json: bool) -> Non
     )
     if found:
         first = found[0]
-        out.note(
-            f"retry one: a2sql retry {first.session_id} {first.index}   "
-            f"skip one: a2sql skip {first.session_id} {first.index} --reason TEXT"
-        )
+        flag = () if url is None else ("--url", shown(url))
+        retry = command_line("a2sql", "retry", first.session_id, first.index, *flag)
+        skip = command_line("a2sql", "skip", first.session_id, first.index, *flag, "--reason")
+        out.note(f"retry one: {retry}   skip one: {skip} TEXT")
     if more:
         out.note(f"(more than {limit}: pass a larger --limit)")

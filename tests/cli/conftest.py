@@ -51,9 +51,11 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
 
 
 def run_a2sql(*args: str, cwd: Path | None = None, timeout: float = 60) -> Ran:
-    """The command as a user runs it: a process of its own, output not a terminal."""
+    """The command as a user runs it from a script: a process of its own, neither its
+    input nor its output a terminal."""
     done = subprocess.run(
         [sys.executable, "-m", "a2sql.cli", *args],
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         cwd=cwd,

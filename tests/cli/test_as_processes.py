@@ -13,6 +13,7 @@ from pathlib import Path
 
 import a2sql
 from a2sql import NewEvent, Store
+from a2sql.escaping import command_line
 from tests.cli.conftest import run_a2sql
 
 
@@ -42,11 +43,13 @@ def test_every_command_as_a_process(populated: tuple[Store, str], tmp_path: Path
     )
     assert served.code == 0, served.err
     assert [e.processed_by_attempt for e in store.read("order-17")] == [1]
-    assert run_a2sql("delete", "order-17", "--url", url, "--json").json()["events"] == 1
+    assert run_a2sql("delete", "order-17", "--yes", "--url", url, "--json").json()["events"] == 1
     demo = run_a2sql("demo", "--url", url, cwd=tmp_path)
     assert demo.code == 0, demo.err
-    assert "dead-letters --prefix demo-" in demo.out and f"--url {url}" in demo.out
-    assert run_a2sql("prune", "--older-than", "1d", "--url", url, "--json").json()["sessions"] == 1
+    assert "dead-letters --prefix demo-" in demo.out
+    assert command_line("--url", url) in demo.out
+    pruned = run_a2sql("prune", "--older-than", "1d", "--yes", "--url", url, "--json")
+    assert pruned.json()["sessions"] == 1
     copy_url = f"sqlite:///{tmp_path / 'copy.db'}"
     a2sql.create_store(copy_url).close()
     assert run_a2sql("copy", url, copy_url, "--json").json()["copied"] == 2  # order-1, demo
