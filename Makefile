@@ -5,9 +5,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test docs lint clean
 
+# a2sql.egg-info: metadata an earlier setuptools build left in the checkout, which
+# Python would find beside the editable install's.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
+	rm -rf a2sql.egg-info
 	$(VENV)/bin/pip install --quiet -e '.[dev,postgres]'
 	touch $(STAMP)
 

@@ -11,12 +11,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, column, create_engine, inspect, select, text
+from sqlalchemy import URL, Connection, Engine, column, create_engine, inspect, select, text
 from sqlalchemy import table as table_clause
 from sqlalchemy.pool import StaticPool
 
 from a2sql import urls
 from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS, begin_own
+from a2sql.config import build_engine, resolve_url
 from a2sql.errors import A2Error, ErrorCode
 from a2sql.escaping import command_line
 from a2sql.schema import TABLE_NAMES
@@ -170,6 +171,18 @@ def upgrade(target: Engine | Connection, revision: str = "head") -> str | None:
     return move_to(target, revision)
 
 
+def open_engine(url: str | URL | None = None) -> Engine:
+    """The engine your application's Alembic ``env.py`` runs its migrations on, for
+    a2sql's database as ``create_store`` opens it: ``url``, else ``A2SQL_DATABASE_URL``,
+    else ``sqlite:///.a2/dev.db``.
+
+    As a store does, it makes a SQLite database's folder and file when they are
+    missing (a fresh checkout has no ``.a2/``), and takes ``postgresql://`` to
+    mean psycopg 3. Dispose of it when the migrations are done.
+    """
+    return build_engine(resolve_url(url))
+
+
 def include_name(name: str | None, type_: str, parent_names: dict[str, Any]) -> bool:
     """For your env.py's ``context.configure(include_name=...)``: autogenerate and
     ``alembic check`` leave a2sql's tables (and their indexes) alone."""
@@ -285,8 +298,6 @@ def offline_sql(url: str, revision: str = "head") -> str:
     """The SQL that ``upgrade`` would run to bring an empty database of ``url``'s engine to
     ``revision`` (or run over a range ``FROM:TO``), for a DBA to review and apply."""
     import io
-
-    from a2sql.config import resolve_url
 
     buffer = io.StringIO()
     config = alembic_config(output=buffer)

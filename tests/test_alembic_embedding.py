@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from a2sql import A2Error, ErrorCode, migrate
 from a2sql.escaping import command_line
 
 ALEMBIC = str(Path(sys.executable).with_name("alembic"))
+MIGRATIONS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "migrations.md"
 
 ENV_PY = """
 import os
@@ -125,6 +127,101 @@ def test_the_apps_alembic_brings_a2sql_up_and_leaves_it_alone(app: Path, url: st
     assert _version(url, "alembic_version") == []
     with a2sql.create_store(url, migrate=False) as store:
         assert [e.id for e in store.read("s")] == ["e1"]
+
+
+MODELS_PY = """
+from sqlalchemy import Column, Integer, MetaData, String, Table
+
+metadata = MetaData()
+Table("orders", metadata, Column("id", Integer, primary_key=True), Column("status", String(20)))
+"""
+
+# alembic.ini as `alembic init` leaves it, in short: the scripts, the app on the path,
+# and the logging sections that env.py's fileConfig reads.
+APP_ALEMBIC_INI = """
+[alembic]
+script_location = %(here)s/alembic
+prepend_sys_path = .
+
+[loggers]
+keys = root,alembic
+
+[handlers]
+keys = console
+
+[formatters]
+keys = generic
+
+[logger_root]
+level = WARNING
+handlers = console
+
+[logger_alembic]
+level = INFO
+handlers =
+qualname = alembic
+
+[handler_console]
+class = StreamHandler
+args = (sys.stderr,)
+level = NOTSET
+formatter = generic
+
+[formatter_generic]
+format = %(levelname)-5.5s [%(name)s] %(message)s
+"""
+
+
+def _documented_env_py() -> str:
+    match = re.search(
+        r"A whole `env.py`:\n\n```python\n(.*?)```", MIGRATIONS_PAGE.read_text(), re.S
+    )
+    assert match, "docs/migrations.md shows no whole env.py"
+    return match.group(1)
+
+
+def test_the_documented_env_py_runs_on_a_fresh_checkout(url: str, tmp_path: Path) -> None:
+    """docs/migrations.md's whole env.py, in an application folder as a fresh checkout has
+    it: `alembic upgrade head` brings a2sql and the app to their heads on the database
+    ``create_store()`` opens there. SQLite: no A2SQL_DATABASE_URL and no .a2/ yet (the
+    default sqlite:///.a2/dev.db is made); PostgreSQL: A2SQL_DATABASE_URL."""
+    app = tmp_path / "checkout"
+    (app / "alembic" / "versions").mkdir(parents=True)
+    (app / "myapp").mkdir()
+    (app / "myapp" / "__init__.py").write_text("")
+    (app / "myapp" / "models.py").write_text(MODELS_PY)
+    (app / "alembic.ini").write_text(APP_ALEMBIC_INI)
+    (app / "alembic" / "env.py").write_text(_documented_env_py())
+    (app / "alembic" / "script.py.mako").write_text("")
+    (app / "alembic" / "versions" / "app_0001.py").write_text(APP_REVISION)
+    env = {k: v for k, v in os.environ.items() if k != "A2SQL_DATABASE_URL"}
+    if make_url(url).get_backend_name() == "sqlite":
+        url = f"sqlite:///{app / '.a2' / 'dev.db'}"
+    else:
+        env["A2SQL_DATABASE_URL"] = url
+    upgraded = subprocess.run(
+        [ALEMBIC, "upgrade", "head"],
+        cwd=app,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "Running upgrade  -> app_0001" in upgraded.stderr
+    assert _version(url, "alembic_version") == ["app_0001"]
+    assert _version(url, migrate.VERSION_TABLE) == [migrate.head_revision()]
+    opened = subprocess.run(
+        [sys.executable, "-c", "import a2sql; a2sql.create_store(migrate=False).close()"],
+        cwd=app,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert opened.returncode == 0, opened.stderr
 
 
 def test_include_name_and_include_object_skip_a2sqls_tables_only() -> None:
@@ -280,3 +377,4 @@ def test_schema_mismatch_names_the_database_and_the_exact_command(url: str) -> N
 
 ENV_PY = textwrap.dedent(ENV_PY)
 APP_REVISION = textwrap.dedent(APP_REVISION)
+MODELS_PY = textwrap.dedent(MODELS_PY)

@@ -1,67 +1,169 @@
-"""The wheel ships the Alembic scripts: installed alone, it migrates a new database."""
+"""What a user installs: `python -m build` gives a wheel and an sdist, each of which,
+installed into a fresh virtualenv, ships the Alembic scripts and runs `a2sql demo` from
+an empty folder; the editable install `make demo` does prints nothing of a2sql's own."""
 
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
+import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = "0003_retired_attempts"
+SCRIPTS = sorted(p.name for p in (ROOT / "a2sql" / "_migrations" / "versions").glob("*.py"))
+
+# This machine's pip configuration names package folders that may not exist; pip says so
+# on every install. Those lines are the machine's, not the project's.
+MACHINE_PIP_NOTICE = re.compile(r"^WARNING: Location '[^']*' is ignored: .*$", re.M)
 
 
-def test_wheel_contains_migrations_and_migrates_a_new_database(tmp_path: Path) -> None:
-    """The wheel ships env.py and every revision script; its `a2sql migrate`, run with
-    a2sql from the wheel alone, takes a new SQLite file to head (0003_retired_attempts)."""
-    dist = tmp_path / "dist"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(ROOT)],
-        check=True,
-        capture_output=True,
-    )
-    [wheel] = dist.glob("a2sql-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "a2sql/_migrations/env.py" in names
-    assert "a2sql/_migrations/versions/0001_baseline.py" in names
-    assert f"a2sql/_migrations/versions/{HEAD}.py" in names
-    # Every script of the source tree, so that a revision added later is shipped too.
-    for script in (ROOT / "migrations" / "versions").glob("*.py"):
-        assert f"a2sql/_migrations/versions/{script.name}" in names, script.name
-    assert "a2sql/py.typed" in names
+# `pip install a2sql` or `pip install 'a2sql[postgres]'`, from a package index a2sql is not
+# on; `'a2sql[postgres] @ git+https://...'` names where it comes from.
+FROM_AN_INDEX = re.compile(r"pip install\s+['\"]?a2sql(\[[\w,]+\])?(?!\[)(?!\s*@)")
 
-    # Installing a pure wheel is unpacking it onto the path; dependencies come
-    # from this environment, a2sql only from the wheel.
-    site = tmp_path / "site"
-    zipfile.ZipFile(wheel).extractall(site)
-    work = tmp_path / "elsewhere"
-    work.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(site)}
-    env.pop("A2SQL_DATABASE_URL", None)
-    where = subprocess.run(
-        [sys.executable, "-c", "import a2sql; print(a2sql.__file__)"],
-        cwd=work,
-        env=env,
-        check=True,
+
+def _env() -> dict[str, str]:
+    """The environment of a user's shell: no a2sql URL, nothing added to the path."""
+    return {k: v for k, v in os.environ.items() if k not in ("A2SQL_DATABASE_URL", "PYTHONPATH")}
+
+
+def _run(*command: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(part) for part in command],
+        cwd=cwd,
+        env=_env(),
         capture_output=True,
         text=True,
-    ).stdout.strip()
-    assert where.startswith(str(site)), where
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`python -m build` of the checkout: the sdist, then the wheel built from that sdist."""
+    out = tmp_path_factory.mktemp("dist")
+    built = _run(sys.executable, "-m", "build", "--outdir", out, ROOT)
+    assert built.returncode == 0, built.stdout + built.stderr
+    return out
+
+
+def _fresh_venv(where: Path) -> Path:
+    """A new virtualenv (without pip: this one's pip installs into it); its python."""
+    made = _run(sys.executable, "-m", "venv", "--without-pip", where)
+    assert made.returncode == 0, made.stderr
+    return where / "bin" / "python"
+
+
+def _site_packages(python: Path) -> Path:
+    done = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    assert done.returncode == 0, done.stderr
+    return Path(done.stdout.strip())
+
+
+def _install(python: Path, *what: str | Path) -> subprocess.CompletedProcess[str]:
+    """pip install into the virtualenv of ``python``, a2sql alone: its dependencies are
+    then lent from this environment (below), so that no test downloads them."""
+    return _run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", *what)
+
+
+def _lend_dependencies(python: Path) -> None:
+    """Put this environment's packages after the virtualenv's own on its path: a2sql
+    comes from the virtualenv, what it depends on from here."""
+    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (_site_packages(python) / "_lent_dependencies.pth").write_text("\n".join(sorted(ours)) + "\n")
+
+
+def _project_output(done: subprocess.CompletedProcess[str]) -> str:
+    return MACHINE_PIP_NOTICE.sub("", done.stdout + done.stderr).strip()
+
+
+def test_the_wheel_and_the_sdist_ship_the_migrations(dist: Path) -> None:
+    """The wheel ships env.py, every revision script of the checkout, script.py.mako and
+    py.typed under a2sql/; the sdist holds the same sources."""
+    [wheel] = dist.glob("a2sql-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert HEAD + ".py" in SCRIPTS and "0001_baseline.py" in SCRIPTS
+    for name in ("env.py", "script.py.mako", *(f"versions/{s}" for s in SCRIPTS)):
+        assert f"a2sql/_migrations/{name}" in names, name
+    assert "a2sql/py.typed" in names
+    [sdist] = dist.glob("a2sql-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        members = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    assert {"pyproject.toml", "README.md", "a2sql/py.typed"} <= members
+    for script in SCRIPTS:
+        assert f"a2sql/_migrations/versions/{script}" in members, script
+
+
+@pytest.mark.parametrize("kind", ["wheel", "sdist"])
+def test_installed_into_a_fresh_venv_it_runs_the_demo_and_migrates(
+    dist: Path, kind: str, tmp_path: Path
+) -> None:
+    """Installed into a new virtualenv from the wheel, or from the sdist (which pip
+    builds), a2sql is the virtualenv's own; its `a2sql demo` runs in an empty folder (and
+    makes .a2/dev.db there), and its `a2sql migrate` takes a new database to head."""
+    [artifact] = dist.glob("a2sql-*.whl" if kind == "wheel" else "a2sql-*.tar.gz")
+    python = _fresh_venv(tmp_path / "venv")
+    installed = _install(python, artifact)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    _lend_dependencies(python)
+    work = tmp_path / "empty"
+    work.mkdir()
+    where = _run(python, "-c", "import a2sql; print(a2sql.__file__)", cwd=work)
+    assert where.returncode == 0, where.stderr
+    assert Path(where.stdout.strip()).is_relative_to(_site_packages(python)), where.stdout
+
+    demo = _run(tmp_path / "venv" / "bin" / "a2sql", "demo", cwd=work)
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "demo-" in demo.stdout
+    assert (work / ".a2" / "dev.db").is_file()
 
     db = work / "new.db"
-    result = subprocess.run(
-        [sys.executable, "-m", "a2sql.cli", "migrate", "--url", f"sqlite:///{db}"],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr
-    assert f"empty -> {HEAD}" in result.stdout
+    migrated = _run(tmp_path / "venv" / "bin" / "a2sql", "migrate", "--url", f"sqlite:///{db}")
+    assert migrated.returncode == 0, migrated.stderr
+    assert f"empty -> {HEAD}" in migrated.stdout
     with sqlite3.connect(db) as connection:
-        names_in_db = {row[0] for row in connection.execute("select name from sqlite_master")}
+        tables = {row[0] for row in connection.execute("select name from sqlite_master")}
         version = connection.execute("select version_num from a2sql_alembic_version").fetchall()
-    assert {"a2_events", "a2_snapshots", "a2_presence", "a2_events_dispatch_age"} <= names_in_db
+    assert {"a2_events", "a2_snapshots", "a2_presence", "a2_events_dispatch_age"} <= tables
     assert version == [(HEAD,)]
+
+
+def test_the_editable_install_of_make_demo_prints_nothing_of_its_own(tmp_path: Path) -> None:
+    """`pip install --quiet -e .`, as `make demo` installs the checkout: no warning box
+    from the build backend ("!!", BuildBackendWarning), nothing at all but this
+    machine's pip notices; the virtualenv then imports a2sql, and its migrations, from
+    the checkout."""
+    python = _fresh_venv(tmp_path / "venv")
+    installed = _install(python, "--quiet", "-e", ROOT)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    output = _project_output(installed)
+    assert "!!" not in output and "BuildBackendWarning" not in output, output
+    assert output == ""
+    _lend_dependencies(python)
+    found = _run(
+        python,
+        "-c",
+        "import a2sql.migrate; print(a2sql.migrate.script_location())",
+        cwd=tmp_path,
+    )
+    assert found.returncode == 0, found.stderr
+    assert Path(found.stdout.strip()) == ROOT / "a2sql" / "_migrations"
+
+
+def test_no_page_installs_a2sql_from_a_package_index() -> None:
+    """README and every docs page say to install from a clone, a URL or a built wheel."""
+    assert FROM_AN_INDEX.search("pip install a2sql  # x")
+    assert FROM_AN_INDEX.search("pip install 'a2sql[postgres]'")
+    assert not FROM_AN_INDEX.search("pip install 'a2sql[postgres] @ git+https://h/o/a2sql.git'")
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            assert not FROM_AN_INDEX.search(line), f"{page.name}:{number}: {line}"

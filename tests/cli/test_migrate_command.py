@@ -38,7 +38,7 @@ def test_check_without_a_database_writes_nothing(
     assert as_json.code == 3
     assert as_json.out.strip() == (
         '{"url": "sqlite:///.a2/dev.db", "exists": false, "revision": null, '
-        '"head": "0002_dispatch_age", "current": false}'
+        '"head": "0003_retired_attempts", "current": false}'
     )
     named = cli("migrate", "--check", "--url", f"sqlite:///{tmp_path / 'sub' / 'x.db'}")
     assert named.code == 3
@@ -51,7 +51,7 @@ def test_check_without_a_database_writes_nothing(
 
 
 @pytest.mark.parametrize(
-    "revision", ["nonsense", "-1", "+1", "0001_baseline:0002_dispatch_age", "0003"]
+    "revision", ["nonsense", "-1", "+1", "0001_baseline:0002_dispatch_age", "0009"]
 )
 def test_a_revision_alembic_cannot_find_is_one_line(
     cli: Cli, tmp_path: Path, revision: str
@@ -60,7 +60,7 @@ def test_a_revision_alembic_cannot_find_is_one_line(
     are, and no database file made for it."""
     url = f"sqlite:///{tmp_path / 'new.db'}"
     runs = [["migrate", "--revision", revision]]
-    if revision in ("nonsense", "0003"):  # --sql takes a range and relative steps too
+    if revision in ("nonsense", "0009"):  # --sql takes a range and relative steps too
         runs.append(["migrate", "--sql", "--revision", revision])
     for args in runs:
         ran = cli(*args, "--url", url)
@@ -68,7 +68,9 @@ def test_a_revision_alembic_cannot_find_is_one_line(
         assert ran.out == ""
         [line] = ran.err.strip().splitlines()
         assert line.startswith(f"a2sql: INVALID_ARGUMENT: revision {revision!r}: "), line
-        assert line.endswith("a2sql knows 0001_baseline, 0002_dispatch_age, head and base")
+        assert line.endswith(
+            "a2sql knows 0001_baseline, 0002_dispatch_age, 0003_retired_attempts, head and base"
+        )
     assert not (tmp_path / "new.db").exists()
 
 
@@ -147,4 +149,4 @@ def test_two_migrations_at_once_each_say_what_they_did(url: str, tmp_path: Path)
         ran.append(Ran(process.returncode, out, err))
     assert [r.code for r in ran] == [0, 0], [r.err for r in ran]
     said = sorted(r.out.strip().removeprefix(f"{url}: ") for r in ran)
-    assert said == ["already at 0002_dispatch_age", "empty -> 0002_dispatch_age"], ran
+    assert said == ["already at 0003_retired_attempts", "empty -> 0003_retired_attempts"], ran
