@@ -27,7 +27,7 @@ from bench.torture.common import scratch_target
 from bench.torture.driver import WorkersConfig, run_workers
 from bench.torture.private_postgres import private_postgres, unavailable_reason
 from tests.conftest import _unavailable
-from tests.torture.conftest import assert_clean
+from tests.torture.conftest import assert_clean, postmaster_start_time
 
 pytestmark = pytest.mark.postgres
 
@@ -212,9 +212,9 @@ def test_workers_survive_terminated_backends_and_a_server_restart(
         _unavailable(f"no private PostgreSQL server to restart: {reason}")
     # The tests' server, when there is one: it must run on, untouched.
     shared = postgres_server if isinstance(postgres_server, URL) else None
-    shared_started = _postmaster_start_time(shared) if shared else None
+    shared_started = postmaster_start_time(shared) if shared else None
     with private_postgres() as server, scratch_target("postgres", server.url) as target:
-        private_started = _postmaster_start_time(server.url)
+        private_started = postmaster_start_time(server.url)
         report = run_workers(
             WorkersConfig(
                 target=target,
@@ -227,7 +227,7 @@ def test_workers_survive_terminated_backends_and_a_server_restart(
                 log_dir=str(tmp_path / "logs"),
             )
         )
-        assert _postmaster_start_time(server.url) != private_started
+        assert postmaster_start_time(server.url) != private_started
     assert_clean(report)
     figures = report.figures
     assert figures["restarts_survived"] == 1, figures
@@ -236,15 +236,4 @@ def test_workers_survive_terminated_backends_and_a_server_restart(
     assert figures["unavailable_errors"] >= 1, figures
     assert figures["processed"] >= 40, figures
     if shared is not None:
-        assert _postmaster_start_time(shared) == shared_started, "the tests' server restarted"
-
-
-def _postmaster_start_time(server: URL | str) -> datetime:
-    engine = create_engine(resolve_url(server), poolclass=NullPool)
-    try:
-        with engine.connect() as connection:
-            started = connection.execute(text("select pg_postmaster_start_time()")).scalar_one()
-    finally:
-        engine.dispose()
-    assert isinstance(started, datetime)
-    return started
+        assert postmaster_start_time(shared) == shared_started, "the tests' server restarted"

@@ -7,16 +7,14 @@ restart one it started itself, and leave nothing of it behind, even when it fail
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import URL, create_engine, make_url, text
-from sqlalchemy.pool import NullPool
+from sqlalchemy import URL, make_url
 
-from a2sql.config import resolve_url
 from bench.torture.private_postgres import PrivatePostgres, private_postgres, unavailable_reason
 from tests.conftest import _unavailable
+from tests.torture.conftest import postmaster_start_time
 
 pytestmark = pytest.mark.postgres
 
@@ -26,17 +24,6 @@ def _needs_binaries() -> None:
     reason = unavailable_reason()
     if reason is not None:
         _unavailable(reason)
-
-
-def _start_time(url: str | URL) -> datetime:
-    engine = create_engine(resolve_url(url), poolclass=NullPool)
-    try:
-        with engine.connect() as connection:
-            started = connection.execute(text("select pg_postmaster_start_time()")).scalar_one()
-    finally:
-        engine.dispose()
-    assert isinstance(started, datetime)
-    return started
 
 
 def _running(pid: int) -> bool:
@@ -61,20 +48,20 @@ def test_a_private_server_is_its_own_restarts_and_leaves_nothing_behind(
     """It listens on a port of its own, restarts (a new start time; the tests' server keeps
     its own), and once the block ends its postmaster is gone and its folder deleted."""
     shared = postgres_server if isinstance(postgres_server, URL) else None
-    shared_started = _start_time(shared) if shared else None
+    shared_started = postmaster_start_time(shared) if shared else None
     with private_postgres() as server:
         if shared is not None:
             assert make_url(server.url).port != (shared.port or 5432)
         pid = server.postmaster_pid()
         assert pid is not None and _running(pid)
-        before = _start_time(server.url)
+        before = postmaster_start_time(server.url)
         assert server.restart() > 0
-        assert _start_time(server.url) > before
+        assert postmaster_start_time(server.url) > before
         pid = server.postmaster_pid()
         assert pid is not None
     assert _gone(server, pid)
     if shared is not None:
-        assert _start_time(shared) == shared_started
+        assert postmaster_start_time(shared) == shared_started
 
 
 def test_a_private_server_is_removed_when_the_block_fails() -> None:
