@@ -38,6 +38,9 @@ def direct_url(postgres_server: URL | str) -> str:
         raise AssertionError("unreachable")
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
+    # Run here, make test must not build its venv first (minutes of pip).
+    if subprocess.run(["make", "-q", ".venv/.installed"], cwd=ROOT).returncode != 0:
+        pytest.skip("make test's venv is not installed here (make .venv/.installed)")
     return postgres_server.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
