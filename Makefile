@@ -17,9 +17,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/a2sql demo
 
+# The PgBouncer the tests go through is started for this run and stopped when pytest
+# exits, whatever its exit code (tools/with-test-pgbouncer.sh).
 test: $(STAMP)
 	pg="$$(tools/test-postgres.sh)"; \
-	A2SQL_TEST_POSTGRES_URL="$$pg" A2SQL_TEST_PGBOUNCER_URL="$$(tools/test-pgbouncer.sh "$$pg")" \
+	A2SQL_TEST_POSTGRES_URL="$$pg" tools/with-test-pgbouncer.sh "$$pg" \
 		$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 docs: $(STAMP)

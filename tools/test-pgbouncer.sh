@@ -5,7 +5,9 @@
 # Installs Debian's pgbouncer when it is missing and apt-get can. Takes the
 # database's URL (from tools/test-postgres.sh) as its argument; prints
 # nothing when PgBouncer cannot be had (those tests then skip, or fail under
-# CI=true).
+# CI=true). The PgBouncer it starts runs on as a daemon (its pid in
+# $PGBOUNCER_DIR_FOR_TESTS/pgbouncer.pid): make test runs it through
+# tools/with-test-pgbouncer.sh, which stops it when the tests end.
 set -uo pipefail
 
 direct=${1:-}

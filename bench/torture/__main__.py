@@ -11,6 +11,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 
@@ -18,6 +19,7 @@ from bench.torture.appenders import AppendersConfig, run_appenders
 from bench.torture.coldstart import ColdStartConfig, run_cold_start
 from bench.torture.common import Report, scratch_target
 from bench.torture.driver import WorkersConfig, run_workers
+from bench.torture.private_postgres import NoPrivatePostgres, private_postgres
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -49,7 +51,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--pg-restart",
         action="store_true",
-        help="postgres: restart the server once, mid-run (pg_ctlcluster, as root)",
+        help="postgres: restart the server once, mid-run; the run starts a private server "
+        "of its own for it (initdb in a temporary folder, deleted afterwards)",
     )
     parser.add_argument("--ttl-ms", type=int, default=200, help="claim lease")
     parser.add_argument("--drain-timeout", type=float, default=120.0)
@@ -74,7 +77,17 @@ def run(args: argparse.Namespace) -> Report:
     workers = args.workers or (4 if args.engine == "sqlite" else 8)
     if args.engine != "postgres" and (args.pg_restart or args.terminate_every):
         raise SystemExit("--pg-restart and --terminate-every need --engine postgres")
-    with scratch_target(args.engine, args.url, keep=args.keep) as target:
+    if args.pg_restart and args.url:
+        raise SystemExit("--pg-restart restarts a private server of the run's own: no --url")
+    with contextlib.ExitStack() as stack:
+        url, restart = args.url, None
+        if args.pg_restart:
+            try:
+                server = stack.enter_context(private_postgres())
+            except NoPrivatePostgres as error:
+                raise SystemExit(f"--pg-restart: {error}") from None
+            url, restart = server.url, server.restart
+        target = stack.enter_context(scratch_target(args.engine, url, keep=args.keep))
         if args.scenario == "appenders":
             return run_appenders(AppendersConfig(target, workers, args.batches, seed, args.log_dir))
         if args.scenario == "coldstart":
@@ -87,7 +100,7 @@ def run(args: argparse.Namespace) -> Report:
                 seed=seed,
                 kill_every=args.kill_every,
                 terminate_every=args.terminate_every,
-                pg_restart=args.pg_restart,
+                restart_server=restart,
                 ttl_ms=args.ttl_ms,
                 drain_timeout=args.drain_timeout,
                 log_dir=args.log_dir,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from bench.torture.common import (
     rng_for,
     unavailable_anomalies,
 )
-from bench.torture.faults import BackendKiller, ProcessPool, find_cluster, restart_cluster
+from bench.torture.faults import BackendKiller, ProcessPool
 from bench.torture.workers import WorkerSettings, worker_main
 
 # Texts the feeder puts in payloads: quoting and LIKE metacharacters, NUL, non-ASCII.
@@ -37,7 +38,12 @@ DOOMED_SHARE = 0.04
 
 @dataclass(frozen=True)
 class WorkersConfig:
-    """One workers run. ``duration`` is how long new work is fed; the run then drains."""
+    """One workers run. ``duration`` is how long new work is fed; the run then drains.
+
+    ``restart_server``: restarts the PostgreSQL server once, mid-run, and returns the
+    seconds it took; the server must be the run's own (``private_postgres``), never
+    one that other programs use.
+    """
 
     target: Target
     workers: int
@@ -45,7 +51,7 @@ class WorkersConfig:
     seed: int
     kill_every: float | None = None
     terminate_every: float | None = None
-    pg_restart: bool = False
+    restart_server: Callable[[], float] | None = None
     ttl_ms: int = 200
     max_failures: int = 3
     max_gen: int = 2
@@ -127,7 +133,7 @@ class Feeder:
 
 
 def _faults_injected(config: WorkersConfig) -> bool:
-    return bool(config.kill_every or config.terminate_every or config.pg_restart)
+    return bool(config.kill_every or config.terminate_every or config.restart_server)
 
 
 def run_workers(config: WorkersConfig) -> Report:
@@ -220,13 +226,10 @@ class _Faults:
         self.rng = rng_for(config.seed, "faults")
         self.killer = (
             BackendKiller(target.url, app_prefix)
-            if target.engine == "postgres" and (config.terminate_every or config.pg_restart)
+            if target.engine == "postgres" and (config.terminate_every or config.restart_server)
             else None
         )
-        self.cluster = find_cluster(target.url) if config.pg_restart else None
-        if config.pg_restart and self.cluster is None:
-            raise RuntimeError("--pg-restart needs a local cluster and pg_ctlcluster (as root)")
-        self.restart_due = config.duration / 2 if config.pg_restart else None
+        self.restart_due = config.duration / 2 if config.restart_server else None
         self.restarted_at: int | None = None
         self.next_kill = config.kill_every
         self.next_terminate = config.terminate_every
@@ -256,10 +259,14 @@ class _Faults:
                 self.report.add("backends_terminated")
                 if hit["state"] != "idle":
                     self.report.add("terminated_mid_transaction")
-        if self.restart_due is not None and elapsed >= self.restart_due and self.cluster:
+        if (
+            self.restart_due is not None
+            and elapsed >= self.restart_due
+            and config.restart_server is not None
+        ):
             self.restart_due = None
             self.log.write("restart", phase="begin")
-            seconds = restart_cluster(self.cluster)
+            seconds = config.restart_server()
             self.restarted_at = now_ms()
             self.log.write("restart", phase="end", seconds=seconds)
             self.report.add("restarts_survived")

@@ -1,13 +1,14 @@
-"""Faults a driver injects: SIGKILL of processes, terminated backends, a server restart."""
+"""Faults a driver injects: SIGKILL of processes, terminated backends.
+
+A server restart is the run's own server's (bench.torture.private_postgres).
+"""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
 import random
-import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,37 +84,6 @@ class ProcessPool:
                 process.kill()
             process.join()
         self.alive.clear()
-
-
-def find_cluster(url: str) -> tuple[str, str] | None:
-    """(version, cluster name) of the local PostgreSQL cluster serving ``url``'s port."""
-    if shutil.which("pg_lsclusters") is None or shutil.which("pg_ctlcluster") is None:
-        return None
-    parsed = make_url(url)
-    if parsed.host not in (None, "", "localhost", "127.0.0.1", "::1"):
-        return None
-    port = str(parsed.port or 5432)
-    listing = subprocess.run(
-        ["pg_lsclusters", "--no-header"], capture_output=True, text=True, check=True
-    ).stdout
-    for line in listing.splitlines():
-        columns = line.split()
-        if len(columns) >= 3 and columns[2] == port:
-            return columns[0], columns[1]
-    return None
-
-
-def restart_cluster(cluster: tuple[str, str]) -> float:
-    """``pg_ctlcluster … restart`` (as root); returns the seconds it took."""
-    started = time.monotonic()
-    version, name = cluster
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, name, "restart"],
-        check=True,
-        capture_output=True,
-        timeout=180,
-    )
-    return time.monotonic() - started
 
 
 class BackendKiller:

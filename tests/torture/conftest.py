@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import os
 import random
+from datetime import datetime
 from pathlib import Path
 
 import pytest
+from sqlalchemy import URL, create_engine, text
+from sqlalchemy.pool import NullPool
 
+from a2sql.config import resolve_url
 from bench.torture.common import Report, Target
 
 TORTURE_ENGINES = ("sqlite", pytest.param("postgres", marks=pytest.mark.postgres))
@@ -36,3 +40,15 @@ def assert_clean(report: Report) -> None:
     """No anomaly; the summary (seed, figures, logs) is printed either way."""
     print(report.summary())
     assert not report.anomalies, report.summary()
+
+
+def postmaster_start_time(server: URL | str) -> datetime:
+    """When the PostgreSQL server at ``server`` started: a restart changes it."""
+    engine = create_engine(resolve_url(server), poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            started = connection.execute(text("select pg_postmaster_start_time()")).scalar_one()
+    finally:
+        engine.dispose()
+    assert isinstance(started, datetime)
+    return started

@@ -25,9 +25,9 @@ from a2sql.config import resolve_url
 from a2sql.schema import events as E
 from bench.torture.common import scratch_target
 from bench.torture.driver import WorkersConfig, run_workers
-from bench.torture.faults import find_cluster
+from bench.torture.private_postgres import private_postgres, unavailable_reason
 from tests.conftest import _unavailable
-from tests.torture.conftest import assert_clean
+from tests.torture.conftest import assert_clean, postmaster_start_time
 
 pytestmark = pytest.mark.postgres
 
@@ -203,16 +203,18 @@ def test_workers_survive_terminated_backends_and_a_server_restart(
     """Under load: backends terminated mid-transaction every ~0.4 s and one restart of the
     server mid-run; calls in flight raise STORE_UNAVAILABLE, workers retry with backoff
     and finish, every invariant of the workers run holds, and each worker that lived
-    through the restart reached the database again without being restarted."""
-    # Not the postgres_url fixture: its pooled admin connection would not survive the
-    # restart; scratch_target drops its schema on a fresh connection, retrying.
-    if isinstance(postgres_server, str):
-        _unavailable(postgres_server)
-        raise AssertionError("unreachable")
-    server = postgres_server.render_as_string(hide_password=False)
-    if find_cluster(server) is None:
-        pytest.skip("no local PostgreSQL cluster to restart (pg_lsclusters/pg_ctlcluster)")
-    with scratch_target("postgres", server) as target:
+    through the restart reached the database again without being restarted.
+
+    The server restarted is a private one the test starts (and removes): the tests'
+    server may serve other programs, which a restart would cut off mid-work."""
+    reason = unavailable_reason()
+    if reason is not None:
+        _unavailable(f"no private PostgreSQL server to restart: {reason}")
+    # The tests' server, when there is one: it must run on, untouched.
+    shared = postgres_server if isinstance(postgres_server, URL) else None
+    shared_started = postmaster_start_time(shared) if shared else None
+    with private_postgres() as server, scratch_target("postgres", server.url) as target:
+        private_started = postmaster_start_time(server.url)
         report = run_workers(
             WorkersConfig(
                 target=target,
@@ -220,11 +222,12 @@ def test_workers_survive_terminated_backends_and_a_server_restart(
                 duration=16,
                 seed=seed,
                 terminate_every=0.4,
-                pg_restart=True,
+                restart_server=server.restart,
                 drain_timeout=30,
                 log_dir=str(tmp_path / "logs"),
             )
         )
+        assert postmaster_start_time(server.url) != private_started
     assert_clean(report)
     figures = report.figures
     assert figures["restarts_survived"] == 1, figures
@@ -232,3 +235,5 @@ def test_workers_survive_terminated_backends_and_a_server_restart(
     assert figures["terminated_mid_transaction"] >= 1, figures
     assert figures["unavailable_errors"] >= 1, figures
     assert figures["processed"] >= 40, figures
+    if shared is not None:
+        assert postmaster_start_time(shared) == shared_started, "the tests' server restarted"
