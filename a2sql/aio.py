@@ -323,8 +323,15 @@ class AsyncStore(AsyncOperations):
             self._file.check()
         try:
             async with self._serial, self._engine.connect() as connection:
-                await _own(connection)
-                yield connection
+                try:
+                    await _own(connection)
+                    yield connection
+                finally:
+                    if self._closed and self._owns_engine:
+                        # The store closed meanwhile, its engine disposed of: given
+                        # back to its pool, the connection would stay open until
+                        # collected.
+                        await connection.invalidate()
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
 
@@ -468,11 +475,19 @@ class AsyncStore(AsyncOperations):
     # --- lifetime ---------------------------------------------------------------
 
     async def close(self) -> None:
-        """Release the engine (one passed in by the caller is left open)."""
+        """Release the engine (one passed in by the caller is left open).
+
+        Calls not begun fail with ``STORE_CLOSED``. Those running finish, and their
+        connections are closed as they end: none is left open. ``close`` waits for
+        those sent from the event loop (a round trip each), not for the others (one
+        may be waiting for its session's lock)."""
         if self._closed:
             return
         self._closed = True
         self._release.detach()
+        if self._sync_path is not None:
+            # Here on the loop, where calls are handed to it: none is handed after.
+            self._sync_path.stop()
         if self._on_loop is not None:
             await self._on_loop.close()
         await asyncio.to_thread(_release, self._wakeups, self._sync_path, self._on_loop, wait=True)
