@@ -25,6 +25,7 @@ from a2sql.direct import observed
 from a2sql.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
 from a2sql.handoff import Abandoned, Job, SyncPath, decided
 from a2sql.onloop import OnLoop
+from a2sql.opening import opened
 from a2sql.records import (
     JSON,
     AppendResult,
@@ -322,7 +323,8 @@ class AsyncStore(AsyncOperations):
         if self._file is not None:
             self._file.check()
         try:
-            async with self._serial, self._engine.connect() as connection:
+            async with self._serial:
+                connection = await opened(self._engine)
                 try:
                     await _own(connection)
                     yield connection
@@ -332,6 +334,7 @@ class AsyncStore(AsyncOperations):
                         # back to its pool, the connection would stay open until
                         # collected.
                         await connection.invalidate()
+                    await asyncio.shield(connection.close())
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
 
@@ -425,7 +428,7 @@ class AsyncStore(AsyncOperations):
             self._file.check()
         # Only a2sql's own statements are mapped to A2Error: the caller's keep theirs.
         try:
-            connection = await self._engine.connect()
+            connection = await opened(self._engine)
             await _own(connection)
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error

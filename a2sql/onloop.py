@@ -49,6 +49,7 @@ from a2sql.direct import (
     prepared,
 )
 from a2sql.errors import closed_store
+from a2sql.opening import invalidated, opened
 from a2sql.pooled import KEEP_IDLE, MAX_IDLE_S
 from a2sql.preparation import answered_by_pooler, implicit_at
 from a2sql.settling import Settling
@@ -288,7 +289,7 @@ class OnLoop:
                 return held
             # Back to the pool, so that its checks (pre-ping, recycle) apply again.
             self._later(held.release(invalidate=False))
-        connection = await self._engine.connect()
+        connection = await opened(self._engine, self._later)
         try:
             raw = await connection.get_raw_connection()
             driver: Any = raw.driver_connection
@@ -305,7 +306,7 @@ class OnLoop:
                     self._engine.sync_engine, error, _ASK, (), lost=lost
                 ) from error
         except BaseException:
-            self._later(_invalidated(connection))
+            self._later(invalidated(connection))
             raise
         held = _Held(connection, raw, implicit=implicit_at(isolation))
         held.set_autocommit = autocommit_set
@@ -352,13 +353,6 @@ class OnLoop:
                 await self._drained
             else:
                 await asyncio.wait(list(self._pending))
-
-
-async def _invalidated(connection: AsyncConnection) -> None:
-    """A connection left in an unknown state back to the pool, closed."""
-    with suppress(Exception):
-        await connection.invalidate()
-    await connection.close()
 
 
 def _resolve(ready: asyncio.Future[None]) -> None:

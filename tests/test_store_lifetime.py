@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import NullPool, QueuePool, create_engine, event, text
+from sqlalchemy import NullPool, QueuePool, create_engine, event, make_url, text
 
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent
@@ -167,3 +167,102 @@ def test_an_async_store_closed_with_calls_in_flight_leaves_no_connection(
     assert left == [0] * 5
     assert leaked == []
     assert outcomes == {"done", "closed"}
+
+
+class HoldingProxy:
+    """A TCP proxy to PostgreSQL that holds back, once armed, the ReadyForQuery ending
+    the next connection's start-up: the server has the session ready, the client still
+    waits for it, until ``release``."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self.armed = False
+        self.holding = asyncio.Event()
+        self.release = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _serve(self, client: asyncio.StreamReader, to_client: asyncio.StreamWriter) -> None:
+        server, to_server = await asyncio.open_connection(*self._target)
+        hold, self.armed = self.armed, False
+        for pipe in (self._pipe(client, to_server, False), self._pipe(server, to_client, hold)):
+            task = asyncio.ensure_future(pipe)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hold: bool
+    ) -> None:
+        try:
+            while hold:  # the server's messages (a type, a length), up to ReadyForQuery
+                head = await reader.readexactly(5)
+                body = await reader.readexactly(int.from_bytes(head[1:], "big") - 4)
+                if head[:1] == b"Z":
+                    self.holding.set()
+                    await self.release.wait()
+                    hold = False
+                writer.write(head + body)
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def test_a_call_cancelled_while_its_connection_opens_leaves_none_open(
+    postgres_url: str,
+) -> None:
+    """A call on a store whose asyncio engine has no connection yet opens one, and is
+    cancelled once the server has the session ready but before the client has read so
+    (a proxy holds that answer back): it raises CancelledError, and once the store is
+    closed no connection of its is left on the server. Before, the driver's connection,
+    abandoned midway, stayed open until the garbage collector found it."""
+    url, name = application_name_url(postgres_url)
+    a2sql.create_store(url, migrate=True).close()
+    parsed = make_url(url)
+
+    async def scenario() -> tuple[bool, int]:
+        proxy = HoldingProxy(parsed.host or "127.0.0.1", parsed.port or 5432)
+        await proxy.start()
+        proxied = parsed.set(host="127.0.0.1", port=proxy.port).update_query_dict(
+            {"sslmode": "disable", "gssencmode": "disable"}
+        )
+        store = a2sql.create_async_store(proxied.render_as_string(hide_password=False))
+        try:
+            await store.ensure_schema()
+            await store.engine.dispose()  # the schema check's connection closed
+            proxy.armed = True
+            call = asyncio.ensure_future(store.append("s", [NewEvent("t")]))
+            await asyncio.wait_for(proxy.holding.wait(), 10)
+            call.cancel()
+            await asyncio.wait([call], timeout=10)
+            proxy.release.set()
+            await store.close()
+            await asyncio.sleep(0.1)  # a connection closed reaches the server
+            return call.cancelled(), await asyncio.to_thread(connections_left, postgres_url, name)
+        finally:
+            await store.close()
+            await proxy.close()
+
+    gc.collect()
+    gc.disable()
+    try:
+        cancelled, left = asyncio.run(scenario())
+    finally:
+        gc.enable()
+    assert cancelled
+    assert left == 0
