@@ -270,11 +270,13 @@ class OnLoop:
             return
         self._give_back(held)
 
-    def _later(self, work: Coroutine[Any, Any, Any]) -> None:
-        """``work`` in a task of its own, which the caller does not wait for (nor cancel)."""
+    def _later(self, work: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
+        """``work`` in a task of its own, which the caller does not wait for (nor cancel),
+        and ``close`` does."""
         task = asyncio.ensure_future(work)
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+        return task
 
     async def _take(self) -> _Held | None:
         if self._closed:

@@ -6,7 +6,10 @@ its session stays open on the server until then (a cancellation storm left a few
 so after each run). A connection is therefore opened in a task of its own: the
 caller cancelled meanwhile gets ``CancelledError`` at once, and the connection,
 once open, is closed, not pooled (whether SQLAlchemy set it up whole is unknown).
-Only opening a new connection pays for that task, not taking one from the pool.
+Every checkout from the pool goes so, not only those that open a connection: the
+pool may reconnect a connection invalidated there, and which one it hands out is not
+known beforehand. (An ``AsyncStore``'s hot writes take the connections it keeps
+between calls, without the pool.)
 """
 
 from __future__ import annotations
@@ -19,17 +22,17 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-Later = Callable[[Coroutine[Any, Any, Any]], Any]
+# Runs a coroutine in a task of its own, and returns the task.
+Later = Callable[[Coroutine[Any, Any, Any]], "asyncio.Future[Any]"]
 
 
 async def opened(engine: AsyncEngine, later: Later = asyncio.ensure_future) -> AsyncConnection:
-    """``await engine.connect()``, run whole: if the caller is cancelled meanwhile, the
-    connection is closed once open, by ``later``'s task (a coroutine's runner)."""
-    checkedin = getattr(engine.sync_engine.pool, "checkedin", None)
-    if engine.dialect.name != "postgresql" or (checkedin is not None and checkedin()):
-        # Not psycopg's, or one is idle in the pool: taken at once, nothing opened.
+    """``await engine.connect()``, run whole in ``later``'s task (one its owner's close
+    waits for): if the caller is cancelled meanwhile, the connection is closed once
+    open, in another of ``later``'s tasks."""
+    if engine.dialect.name != "postgresql":
         return await engine.connect()
-    opening = asyncio.ensure_future(engine.connect().start())
+    opening = later(engine.connect().start())
     try:
         return await asyncio.shield(opening)
     except asyncio.CancelledError:
