@@ -239,12 +239,13 @@ def _release(
     wakeups: StoreWakeups, sync_path: SyncPath | None, on_loop: OnLoop | None, *, wait: bool
 ) -> None:
     """What closing an ``AsyncStore`` releases besides its asyncio engine (``wait``: until
-    the listener's connection is closed)."""
+    the listener's connection is closed; the sync path's connections once its calls
+    running have ended)."""
     wakeups.stop(wait=wait)
     if on_loop is not None:
         on_loop.drop()
     if sync_path is not None:
-        sync_path.close()
+        sync_path.close(wait=wait)
 
 
 class AsyncStore(AsyncOperations):

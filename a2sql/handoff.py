@@ -236,19 +236,20 @@ class SyncPath:
         self._closed = True
         self._executor.shutdown(wait=False)
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = True) -> None:
         """``stop``, then give back the connections kept and dispose of the engine, once
         the calls running have given theirs back (given back to an engine disposed of,
         a connection stays open until collected): at once if none runs, else in a
-        thread of its own that waits for them, as a call may be waiting for a lock."""
+        thread of its own that waits for them, as a call may be waiting for a lock.
+        ``wait=False`` (a store collected, perhaps in one of these threads): at once."""
         self.stop()
-        if self._handed:
+        if wait and self._handed:
             threading.Thread(target=self._release, name="a2sql-close").start()
         else:
-            self._release()
+            self._release(wait=False)
 
-    def _release(self) -> None:
-        self._executor.shutdown(wait=True)
+    def _release(self, *, wait: bool = True) -> None:
+        self._executor.shutdown(wait=wait)
         self._waiting.close()
         if self._inline is not None:
             self._inline.close()
