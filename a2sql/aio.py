@@ -25,6 +25,7 @@ from a2sql.direct import observed
 from a2sql.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
 from a2sql.handoff import Abandoned, Job, SyncPath, decided
 from a2sql.onloop import OnLoop
+from a2sql.opening import opened
 from a2sql.records import (
     JSON,
     AppendResult,
@@ -238,12 +239,13 @@ def _release(
     wakeups: StoreWakeups, sync_path: SyncPath | None, on_loop: OnLoop | None, *, wait: bool
 ) -> None:
     """What closing an ``AsyncStore`` releases besides its asyncio engine (``wait``: until
-    the listener's connection is closed)."""
+    the listener's connection is closed; the sync path's connections once its calls
+    running have ended)."""
     wakeups.stop(wait=wait)
     if on_loop is not None:
         on_loop.drop()
     if sync_path is not None:
-        sync_path.close()
+        sync_path.close(wait=wait)
 
 
 class AsyncStore(AsyncOperations):
@@ -322,9 +324,18 @@ class AsyncStore(AsyncOperations):
         if self._file is not None:
             self._file.check()
         try:
-            async with self._serial, self._engine.connect() as connection:
-                await _own(connection)
-                yield connection
+            async with self._serial:
+                connection = await opened(self._engine)
+                try:
+                    await _own(connection)
+                    yield connection
+                finally:
+                    if self._closed and self._owns_engine:
+                        # The store closed meanwhile, its engine disposed of: given
+                        # back to its pool, the connection would stay open until
+                        # collected.
+                        await connection.invalidate()
+                    await asyncio.shield(connection.close())
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
 
@@ -421,7 +432,7 @@ class AsyncStore(AsyncOperations):
             self._file.check()
         # Only a2sql's own statements are mapped to A2Error: the caller's keep theirs.
         try:
-            connection = await self._engine.connect()
+            connection = await opened(self._engine)
             await _own(connection)
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
@@ -471,11 +482,19 @@ class AsyncStore(AsyncOperations):
     # --- lifetime ---------------------------------------------------------------
 
     async def close(self) -> None:
-        """Release the engine (one passed in by the caller is left open)."""
+        """Release the engine (one passed in by the caller is left open).
+
+        Calls not begun fail with ``STORE_CLOSED``. Those running finish, and their
+        connections are closed as they end: none is left open. ``close`` waits for
+        those sent from the event loop (a round trip each), not for the others (one
+        may be waiting for its session's lock)."""
         if self._closed:
             return
         self._closed = True
         self._release.detach()
+        if self._sync_path is not None:
+            # Here on the loop, where calls are handed to it: none is handed after.
+            self._sync_path.stop()
         if self._on_loop is not None:
             await self._on_loop.close()
         await asyncio.to_thread(_release, self._wakeups, self._sync_path, self._on_loop, wait=True)

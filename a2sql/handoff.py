@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from functools import partial
 from typing import Any, TypeVar
@@ -196,6 +196,9 @@ class SyncPath:
         self._executor = ThreadPoolExecutor(
             max_workers=1 if sqlite else POSTGRES_THREADS, thread_name_prefix="a2sql-async"
         )
+        # The calls handed to the threads that have not ended (nor given their
+        # connection back).
+        self._handed: set[Future[Any]] = set()
 
     async def run(self, ctx: Context, call: Call[T]) -> T:
         """``call`` in one transaction: committed, or rolled back and raised."""
@@ -214,12 +217,12 @@ class SyncPath:
                     raise
         job = Job(call)
         try:
-            handed = asyncio.get_running_loop().run_in_executor(
-                self._executor, self._in_thread, ctx, job
-            )
+            handed = self._executor.submit(self._in_thread, ctx, job)
         except RuntimeError:  # the executor was shut down: the store closed meanwhile
             raise closed_store() from None
-        return await decided(job, handed, partial(self._abandoned, job))
+        self._handed.add(handed)
+        handed.add_done_callback(self._handed.discard)
+        return await decided(job, asyncio.wrap_future(handed), partial(self._abandoned, job))
 
     async def _abandoned(self, job: Job) -> None:
         if self._postgres:
@@ -234,11 +237,26 @@ class SyncPath:
             raise Abandoned
         return self._waiting.run(_unless_abandoned, ctx, job, read_only=job.call.read_only)
 
-    def close(self) -> None:
-        """Give back the connections kept, end the threads, dispose of the engine. Calls
-        still queued fail with ``STORE_CLOSED``; those running finish."""
+    def stop(self) -> None:
+        """Hand no more calls to the threads: those still queued fail with
+        ``STORE_CLOSED``; those running finish."""
         self._closed = True
         self._executor.shutdown(wait=False)
+
+    def close(self, *, wait: bool = True) -> None:
+        """``stop``, then give back the connections kept and dispose of the engine, once
+        the calls running have given theirs back (given back to an engine disposed of,
+        a connection stays open until collected): at once if none runs, else in a
+        thread of its own that waits for them, as a call may be waiting for a lock.
+        ``wait=False`` (a store collected, perhaps in one of these threads): at once."""
+        self.stop()
+        if wait and self._handed:
+            threading.Thread(target=self._release, name="a2sql-close").start()
+        else:
+            self._release(wait=False)
+
+    def _release(self, *, wait: bool = True) -> None:
+        self._executor.shutdown(wait=wait)
         self._waiting.close()
         if self._inline is not None:
             self._inline.close()

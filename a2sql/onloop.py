@@ -49,6 +49,7 @@ from a2sql.direct import (
     prepared,
 )
 from a2sql.errors import closed_store
+from a2sql.opening import invalidated, opened
 from a2sql.pooled import KEEP_IDLE, MAX_IDLE_S
 from a2sql.preparation import answered_by_pooler, implicit_at
 from a2sql.settling import Settling
@@ -177,6 +178,10 @@ class OnLoop:
         self._closed = False
         # Work the callers do not wait for: giving connections back, cancel requests.
         self._pending: set[asyncio.Future[Any]] = set()
+        # Calls between taking a connection and giving it back (or to ``_pending``),
+        # and what ``close`` waits on for them to end.
+        self._running = 0
+        self._drained: asyncio.Future[None] | None = None
 
     @property
     def idle(self) -> int:
@@ -193,38 +198,45 @@ class OnLoop:
         rolled back (or nothing written), ``CancelledError``; committed first, the
         result, the cancellation taken back (``Task.uncancel``) as ``asyncio.wait_for``
         does for a task that finished anyway."""
-        held = await self._take()
-        if held is None:
-            return None
-        settling: Settling[Any] = Settling(
-            self._whole(held, ctx, call), partial(self._interrupt, held)
-        )
+        self._running += 1
         try:
-            result: T | None = await settling
-        except BaseException as error:
-            lost = isinstance(error, DBAPIError) and error.connection_invalidated
-            if lost:
-                # As on the sync path: the idle ones are likely as dead (a server
-                # restart), those kept and those in the pool.
-                self._later(held.release(invalidate=True))
-                self._drop_idle()
-                self._later(self._engine.dispose())
-                raise  # whether it committed is unknown, and said so
-            self._later(self._recovered(held, failed=True))
-            if settling.cancelled is not None:
-                raise settling.cancelled from None  # rolled back on the server
-            raise
-        if settling.cancelled is None:
-            self._give_back(held)
+            held = await self._take()
+            if held is None:
+                return None
+            settling: Settling[Any] = Settling(
+                self._whole(held, ctx, call), partial(self._interrupt, held)
+            )
+            try:
+                result: T | None = await settling
+            except BaseException as error:
+                lost = isinstance(error, DBAPIError) and error.connection_invalidated
+                if lost:
+                    # As on the sync path: the idle ones are likely as dead (a server
+                    # restart), those kept and those in the pool.
+                    self._later(held.release(invalidate=True))
+                    self._drop_idle()
+                    self._later(self._engine.dispose())
+                    raise  # whether it committed is unknown, and said so
+                self._later(self._recovered(held, failed=True))
+                if settling.cancelled is not None:
+                    raise settling.cancelled from None  # rolled back on the server
+                raise
+            if settling.cancelled is None:
+                self._give_back(held)
+                return result
+            self._later(self._recovered(held, failed=False))
+            if result is None:
+                raise settling.cancelled
+            task = asyncio.current_task()
+            if task is not None:
+                for _ in range(settling.cancels):
+                    task.uncancel()
             return result
-        self._later(self._recovered(held, failed=False))
-        if result is None:
-            raise settling.cancelled
-        task = asyncio.current_task()
-        if task is not None:
-            for _ in range(settling.cancels):
-                task.uncancel()
-        return result
+        finally:
+            self._running -= 1
+            drained = self._drained
+            if drained is not None and not self._running and not drained.done():
+                drained.set_result(None)
 
     async def _whole(self, held: _Held, ctx: Context, call: Call[T]) -> T | None:
         assert call.fused is not None
@@ -258,11 +270,13 @@ class OnLoop:
             return
         self._give_back(held)
 
-    def _later(self, work: Coroutine[Any, Any, Any]) -> None:
-        """``work`` in a task of its own, which the caller does not wait for (nor cancel)."""
+    def _later(self, work: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
+        """``work`` in a task of its own, which the caller does not wait for (nor cancel),
+        and ``close`` does."""
         task = asyncio.ensure_future(work)
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+        return task
 
     async def _take(self) -> _Held | None:
         if self._closed:
@@ -277,7 +291,7 @@ class OnLoop:
                 return held
             # Back to the pool, so that its checks (pre-ping, recycle) apply again.
             self._later(held.release(invalidate=False))
-        connection = await self._engine.connect()
+        connection = await opened(self._engine, self._later)
         try:
             raw = await connection.get_raw_connection()
             driver: Any = raw.driver_connection
@@ -294,7 +308,7 @@ class OnLoop:
                     self._engine.sync_engine, error, _ASK, (), lost=lost
                 ) from error
         except BaseException:
-            self._later(_invalidated(connection))
+            self._later(invalidated(connection))
             raise
         held = _Held(connection, raw, implicit=implicit_at(isolation))
         held.set_autocommit = autocommit_set
@@ -327,22 +341,20 @@ class OnLoop:
                 driver.pgconn.finish()
 
     async def close(self) -> None:
-        """Give the kept connections back; those in use go back when their call ends."""
+        """Give the kept connections back, and those in use once their calls end: given
+        back after the engine is disposed of, one would stay open until collected."""
         self._closed = True
         loop = asyncio.get_running_loop()
         while self._idle:
             held, _ = self._idle.pop()
             if held.loop is loop:
                 self._later(held.release(invalidate=False))
-        while self._pending:
-            await asyncio.wait(list(self._pending))
-
-
-async def _invalidated(connection: AsyncConnection) -> None:
-    """A connection left in an unknown state back to the pool, closed."""
-    with suppress(Exception):
-        await connection.invalidate()
-    await connection.close()
+        while self._running or self._pending:
+            if self._running:
+                self._drained = loop.create_future()
+                await self._drained
+            else:
+                await asyncio.wait(list(self._pending))
 
 
 def _resolve(ready: asyncio.Future[None]) -> None:

@@ -137,6 +137,7 @@ class Wire:
         "_batch",
         "_contained",
         "_driver",
+        "_effort_segment",
         "_encoding",
         "_error",
         "_expected",
@@ -168,6 +169,9 @@ class Wire:
         # For each answer still to come: what it is, the name of the statement it is
         # for (if prepared), and whether it is a best-effort statement's.
         self._expected: deque[tuple[int, bytes, bool]] = deque()
+        # Whether a best-effort statement was queued since the last Sync: the commit
+        # at the next Sync is then best-effort too.
+        self._effort_segment = False
         # The batch being answered, and whether it began outside any transaction (its
         # statements are then all a failure undoes, and it can be sent again).
         self._batch: list[_Queued] = []
@@ -204,8 +208,8 @@ class Wire:
         the server under a name of its own where the connection prepares at all
         (its ``prepare_threshold`` is set: a2sql.preparation unsets it behind a
         pooler). ``best_effort``: its failure is not raised (nor are the statements
-        up to the next ``sync`` then run), and its name is prepared anew the next
-        time.
+        up to the next ``sync`` then run, nor is a failure of the commit at that
+        ``sync``), and its name is prepared anew the next time.
 
         A failure between the first ``add`` and the end of ``answer`` leaves the
         pipeline midway: the caller then calls ``abandon``, or queues and answers
@@ -240,9 +244,12 @@ class Wire:
         self._batch.append(message)
         expected = self._expected
         effort = message.answer == _BEST_EFFORT
+        self._effort_segment |= effort
         name = b""
         if message.answer == _SYNC:
             pgconn.pipeline_sync()
+            # The commit at this Sync is best-effort where a statement before it was.
+            effort, self._effort_segment = self._effort_segment, False
         elif message.prepare and _CAN_CLOSE:
             name = _name(message.query)
             if not self._trusted(name):
@@ -329,7 +336,12 @@ class Wire:
             kind, name, effort = expected.popleft()
             status = result.status
             if kind == _SYNC:
-                continue
+                if status != pq.ExecStatus.FATAL_ERROR:
+                    continue
+                # A transaction begun implicitly commits at its Sync, and failed to (a
+                # NOTIFY's wait for the notification queue's lock cancelled, say): its
+                # error comes first, then the Sync's own answer, still to be read.
+                expected.appendleft((kind, name, effort))
             if effort and status not in _OK:
                 # Not the batch's failure. Gone, perhaps (its failure may be that):
                 # prepared anew next time.
@@ -411,6 +423,7 @@ class Wire:
         error queueing a statement): the connection is closed, never to be reused in a
         state unknown. What was sent, if anything, may have committed."""
         self._expected.clear()
+        self._effort_segment = False
         self._batch = []
         self._sent_again = False
         self._rows, self._error = [], None

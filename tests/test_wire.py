@@ -178,6 +178,59 @@ def test_a_best_effort_statement_whose_name_is_gone_is_prepared_anew(connection:
     assert driver.execute("SELECT n FROM kept ORDER BY n").fetchall() == [(1,), (3,)]
 
 
+def _deferred_unique(driver: Any) -> None:
+    """A table whose unique constraint is checked at the commit: a transaction that broke
+    it fails there, at the Sync that commits it when it began implicitly."""
+    driver.execute("CREATE TEMPORARY TABLE once (n int UNIQUE DEFERRABLE INITIALLY DEFERRED)")
+    driver.execute("INSERT INTO once VALUES (1)")
+
+
+def test_a_best_effort_statement_whose_commit_fails_is_not_raised(connection: Any) -> None:
+    """The best-effort statement runs, and its transaction fails at the Sync that commits
+    it (a NOTIFY's wait for the notification queue's lock, cancelled, fails so): what
+    committed before is answered, nothing raised, and the connection kept whole for the
+    next pipeline. (Before, that failure was taken for the Sync's answer: the real one
+    was left unread, the connection closed and the call reported failed, committed.)"""
+    driver = connection
+    _deferred_unique(driver)
+    wire = Wire(driver, {})
+    wire.add(_unique("INSERT INTO once VALUES (%(n)s::int) RETURNING n"), {"n": 2}, fetch=True)
+    wire.sync()
+    wire.add(_unique("INSERT INTO once VALUES (%(n)s::int)"), {"n": 1}, best_effort=True)
+    wire.sync()
+    assert wire.answer() == [(2,)]
+    assert not driver.closed
+    assert driver.pgconn.pipeline_status == pq.PipelineStatus.OFF
+    assert driver.pgconn.transaction_status == pq.TransactionStatus.IDLE
+    assert driver.execute("SELECT n FROM once ORDER BY n").fetchall() == [(1,), (2,)]
+    assert _alone(wire, _unique("SELECT %(n)s::int"), 8) == [(8,)]
+    # The next batch's commit is its own again: failing, it is raised.
+    wire.add(_unique("INSERT INTO once VALUES (%(n)s::int)"), {"n": 2})
+    wire.sync()
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        wire.answer()
+
+
+def test_a_transaction_whose_commit_at_the_sync_fails_raises_its_error(
+    connection: Any,
+) -> None:
+    """Begun implicitly, a batch's transaction commits at its Sync: failing there, it
+    rolled back, and its error is raised as a statement's would be; the Sync's own
+    answer is still read, and the connection kept for the next pipeline."""
+    driver = connection
+    _deferred_unique(driver)
+    wire = Wire(driver, {})
+    wire.add(_unique("INSERT INTO once VALUES (%(n)s::int) RETURNING n"), {"n": 1}, fetch=True)
+    wire.sync()
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        wire.answer()
+    assert not driver.closed
+    assert driver.pgconn.pipeline_status == pq.PipelineStatus.OFF
+    assert driver.pgconn.transaction_status == pq.TransactionStatus.IDLE
+    assert driver.execute("SELECT n FROM once").fetchall() == [(1,)]
+    assert _alone(wire, _unique("SELECT %(n)s::int"), 8) == [(8,)]
+
+
 class _Interrupted:
     def poll(self, *_args: Any) -> Any:
         raise KeyboardInterrupt

@@ -6,6 +6,7 @@ Examples::
     python -m bench.torture --engine postgres --workers 8 --duration 120 --seed 7 \\
         --kill-every 3 --terminate-every 1 --pg-restart
     python -m bench.torture --scenario appenders --engine postgres --workers 8 --seed 3
+    python -m bench.torture --scenario cancels --engine postgres --duration 600
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import random
 import sys
 
 from bench.torture.appenders import AppendersConfig, run_appenders
+from bench.torture.cancels import CancelsConfig, run_cancels
 from bench.torture.coldstart import ColdStartConfig, run_cold_start
 from bench.torture.common import Report, scratch_target
 from bench.torture.driver import WorkersConfig, run_workers
@@ -29,7 +31,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--scenario", choices=["workers", "appenders", "coldstart"], default="workers"
+        "--scenario", choices=["workers", "appenders", "coldstart", "cancels"], default="workers"
     )
     parser.add_argument("--engine", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument(
@@ -58,6 +60,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--drain-timeout", type=float, default=120.0)
     parser.add_argument("--batches", type=int, default=40, help="appenders: batches per process")
     parser.add_argument("--rounds", type=int, default=5, help="coldstart: races")
+    parser.add_argument(
+        "--tasks", type=int, default=16, help="cancels: tasks of one AsyncStore, a session each"
+    )
+    parser.add_argument(
+        "--cancels", type=int, help="cancels: stop after this many cancellations (or --duration)"
+    )
     parser.add_argument(
         "--log-dir", help="where the processes' JSON lines go (default: a temp dir)"
     )
@@ -92,6 +100,10 @@ def run(args: argparse.Namespace) -> Report:
             return run_appenders(AppendersConfig(target, workers, args.batches, seed, args.log_dir))
         if args.scenario == "coldstart":
             return run_cold_start(ColdStartConfig(target, workers, args.rounds, seed))
+        if args.scenario == "cancels":
+            return run_cancels(
+                CancelsConfig(target, args.tasks, args.duration, seed, cancels=args.cancels)
+            )
         return run_workers(
             WorkersConfig(
                 target=target,
