@@ -4,7 +4,8 @@ Each session is read in one transaction of the source and written in one
 transaction of the destination, under its lock there, so a session is at
 the destination whole or not at all: a copy that was interrupted, run
 again, finds the sessions it finished exactly as the source has them and
-passes over them. Presence is not copied (it is ephemeral). The rows are
+passes over them. Presence is not copied (it is ephemeral), nor the attempt
+numbers kept for deleted sessions (a2sql.schema.retired_attempts). The rows are
 copied as stored: ids, indexes, times, attempts, claims, payload text.
 """
 
