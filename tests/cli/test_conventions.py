@@ -55,7 +55,7 @@ def test_a_missing_session_is_exit_1_whichever_command_names_it(
         last = ran.err.strip().splitlines()[-1]
         assert last.startswith("a2sql: no session 'nope'"), (args, ran.err)
     past = cli("events", "order-17", "--after", "5", "--url", url)
-    assert past.code == 0 and past.lines() == ["index\ttype\tlane\tstate\tattempts\tdetail"]
+    assert past.code == 0 and past.lines() == ["index\ttype\tlane\tstate\tattempt\tdetail"]
 
 
 def test_a_missing_event_is_exit_1(cli: Cli, populated: tuple[Store, str]) -> None:
