@@ -102,10 +102,16 @@ class Completion:
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """The appended (or replayed) events, and whether the session has unprocessed events."""
+    """The appended (or replayed) events, and whether the session has unprocessed events.
+
+    ``replayed``: ``True`` when the call committed nothing because the same batch
+    (the same event ids) was already appended, an idempotent replay; ``False``
+    when it appended the batch, and for an empty batch.
+    """
 
     events: list[StoredEvent]
     has_pending: bool
+    replayed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,10 +155,17 @@ class Dispatch:
 
 @dataclass(frozen=True, slots=True)
 class CompleteResult:
-    """``completed`` with the appended events, or ``superseded`` with none."""
+    """``completed`` with the appended events, or ``superseded`` with none.
+
+    ``replayed``: ``True`` when the call committed nothing because this attempt
+    had already completed the event with the same returned events (an
+    idempotent replay, as after a lost commit reply; also when both name no
+    events); ``False`` when it completed the event now, and when ``superseded``.
+    """
 
     outcome: CompleteOutcome
     events: list[StoredEvent] = field(default_factory=list)
+    replayed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

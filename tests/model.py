@@ -281,7 +281,9 @@ class Model:
                 if len(existing) != len(batch):
                     raise ModelError(ErrorCode.PARTIAL_DUPLICATE_BATCH, "stored and fresh mixed")
                 replayed, loose = self._replay(batch, existing, [e.cause for e in batch])
-                result = AppendResult(events=replayed, has_pending=self._has_pending(events))
+                result = AppendResult(
+                    events=replayed, has_pending=self._has_pending(events), replayed=True
+                )
                 return ReplayOrConflict(result) if loose else result
             for new in batch:
                 if new.cause is None:
@@ -494,7 +496,7 @@ class Model:
                 if len(committed) != len(ids) or any(e.cause != cause for e in committed):
                     raise ModelError(ErrorCode.PARTIAL_DUPLICATE_BATCH, "not the committed batch")
                 replayed, loose = self._replay(events, committed, [cause] * len(events))
-                result = CompleteResult(outcome="completed", events=replayed)
+                result = CompleteResult(outcome="completed", events=replayed, replayed=True)
                 return ReplayOrConflict(result) if loose else result
             if (
                 parent.attempt_count != attempt

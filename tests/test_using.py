@@ -723,3 +723,36 @@ def test_async_postgres_a_connection_the_server_ended_stays_store_unavailable(
 
     error = async_refusal(migrated_postgres_url, ended)
     assert error.code == ErrorCode.STORE_UNAVAILABLE, error
+
+
+def test_using_says_whether_a_call_was_replayed(store: Store, url: str) -> None:
+    """``replayed`` through ``using(connection)``, sync and async: False for the append and
+    the completion that commit, True for the same ids again."""
+    with store.begin() as connection:
+        assert store.using(connection).append("s", reply(1)).replayed is False
+    with store.begin() as connection:
+        assert store.using(connection).append("s", reply(1)).replayed is True
+    index, attempt = claimed_attempt(store)
+    with store.begin() as connection:
+        first = store.using(connection).complete_attempt(
+            "s", index=index, attempt=attempt, events=reply(2)
+        )
+    with store.begin() as connection:
+        retried = store.using(connection).complete_attempt(
+            "s", index=index, attempt=attempt, events=reply(2)
+        )
+    assert (first.replayed, retried.replayed) == (False, True)
+
+    async def main() -> tuple[bool, ...]:
+        async with a2sql.create_async_store(url) as async_store:
+            async with async_store.begin() as connection:
+                appended = await async_store.using(connection).append("s", reply(3))
+            async with async_store.begin() as connection:
+                again = await async_store.using(connection).append("s", reply(3))
+            async with async_store.begin() as connection:
+                completed = await async_store.using(connection).complete_attempt(
+                    "s", index=index, attempt=attempt, events=reply(2)
+                )
+        return appended.replayed, again.replayed, completed.replayed
+
+    assert asyncio.run(main()) == (False, True, True)

@@ -175,7 +175,9 @@ def complete_attempt(
     if parent.processed_at is not None:
         if parent.processed_by_attempt != attempt:
             return CompleteResult("superseded")
-        return CompleteResult("completed", _replay(tx, session_id, parent, batch, ids))
+        return CompleteResult(
+            "completed", _replay(tx, session_id, parent, batch, ids), replayed=True
+        )
     # Not processed and not taken by the guarded update: the attempt is not
     # current, its claim was released, or the event is dead-lettered.
     return CompleteResult("superseded")

@@ -368,3 +368,21 @@ def test_append_fence_checks_every_event_and_a_raising_call_writes_nothing(
         )
     assert store.read("s") == before
     assert store.append("s", [NewEvent("child", id="ok")]).events[0].index == 3
+
+
+def test_append_result_says_whether_the_batch_was_replayed(store: Store) -> None:
+    """§3 append: ``replayed`` is False for a batch appended now (one event, several, a
+    lane's, an empty batch) and True for the same ids again, which commit nothing."""
+    one = [NewEvent("t", id="one")]
+    many = [NewEvent("t", id="m1"), NewEvent("t", id="m2")]
+    laned = [NewEvent("t", id="l1", lane="L")]
+    for batch in (one, many, laned):
+        assert store.append("s", batch).replayed is False
+    before = store.read("s")
+    for batch in (one, many, laned, many[::-1], many[:1]):
+        result = store.append("s", batch)
+        assert result.replayed is True
+        assert [e.id for e in result.events] == [e.id for e in batch]
+    assert store.read("s") == before
+    assert store.append("s", []).replayed is False
+    assert store.append("s", [NewEvent("t")]).replayed is False

@@ -269,3 +269,37 @@ def test_complete_rejects_returned_event_without_id_or_with_cause(
     with raises_code(ErrorCode.INVALID_ARGUMENT):
         store.complete_attempt("s", index=1, attempt=attempt, events=[*children("ok"), returned])
     assert store.read("s") == before
+
+
+@pytest.mark.parametrize("returned", [["c1"], ["c1", "c2"], []], ids=["one", "several", "none"])
+def test_complete_result_says_whether_the_completion_was_replayed(
+    store: Store, clock: FakeClock, returned: list[str]
+) -> None:
+    """§3 complete_attempt: ``replayed`` is False for the completion that commits and True
+    for the same attempt retried with the same ids (as after a lost commit reply), with
+    no returned events too; a superseded attempt has replayed nothing."""
+    attempt = claimed_job(store, clock)
+    first = store.complete_attempt("s", index=1, attempt=attempt, events=children(*returned))
+    assert (first.outcome, first.replayed) == ("completed", False)
+    before = store.read("s")
+
+    retried = store.complete_attempt("s", index=1, attempt=attempt, events=children(*returned))
+    assert (retried.outcome, retried.replayed) == ("completed", True)
+    assert retried.events == first.events
+    assert store.read("s") == before
+
+    other = store.complete_attempt("s", index=1, attempt=attempt + 1, events=[])
+    assert (other.outcome, other.replayed) == ("superseded", False)
+
+
+def test_complete_result_of_a_lane_event_says_whether_it_was_replayed(
+    store: Store, clock: FakeClock
+) -> None:
+    """§3 complete_attempt: a lane's event and laned children (no one-statement path)."""
+    clock.set(START)
+    store.append("s", [NewEvent("job", id="job", lane="L")])
+    [event] = store.claim_available("s", holder="w", ttl_ms=1000).events
+    laned = [NewEvent("child", id="c1", lane="L")]
+    first = store.complete_attempt("s", index=1, attempt=event.attempt_count, events=laned)
+    retried = store.complete_attempt("s", index=1, attempt=event.attempt_count, events=laned)
+    assert (first.replayed, retried.replayed) == (False, True)

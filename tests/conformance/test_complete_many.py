@@ -79,6 +79,7 @@ def test_outcomes_are_those_of_complete_attempt_one_after_another(
     )
     assert [r.outcome for r in results] == ["superseded", "completed", "completed", "superseded"]
     assert results[1].events == results[2].events == store.read("s", after_index=2)
+    assert [r.replayed for r in results] == [False, False, True, False]
 
 
 def test_an_error_for_any_completion_writes_nothing(store: Store, clock: FakeClock) -> None:
