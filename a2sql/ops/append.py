@@ -100,9 +100,7 @@ def _replay_or_reject(
             f"{len(batch) - len(existing)} new events",
         )
     stored = replay(batch, [existing[event.id] for event in batch if event.id is not None])
-    return AppendResult(
-        events=stored, has_pending=session_status(tx, session_id)[1], replayed=True
-    )
+    return AppendResult(events=stored, has_pending=session_status(tx, session_id)[1], replayed=True)
 
 
 def _check_fence(tx: Transaction, session_id: str, batch: Sequence[ValidEvent]) -> None:
