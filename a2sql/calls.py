@@ -704,11 +704,13 @@ def presence_set(
     seen: object,
     ttl_ms: object,
 ) -> Call[None] | Done[None]:
+    """``at=None`` is the store's clock at the write, ``seen=None`` the write's ``at``
+    in ms since the Unix epoch (see a2sql.ops.presence.default_seen)."""
     space = validate.name(ns, "ns")
     who = validate.name(participant, "participant")
     fields: Mapping[object, JSON] = validate.mapping(values, "values")
-    written_at = truncate_ms(validate.aware_datetime(at, "at"))
-    seen_value = validate.integer(seen, "seen", minimum=-(2**63))
+    given_at = None if at is None else truncate_ms(validate.aware_datetime(at, "at"))
+    given_seen = None if seen is None else validate.integer(seen, "seen", minimum=-(2**63))
     ttl = validate.ttl(ttl_ms)
     encoded: list[tuple[str, str | None]] = [
         (
@@ -722,6 +724,7 @@ def presence_set(
 
     def run(tx: Transaction) -> None:
         now = ctx.now()
+        written_at = now if given_at is None else given_at
         presence_ops.set_fields(
             tx,
             ctx.dialect,
@@ -729,7 +732,7 @@ def presence_set(
             who,
             encoded,
             at=written_at,
-            seen=seen_value,
+            seen=presence_ops.default_seen(written_at) if given_seen is None else given_seen,
             now=now,
             expires_at=validate.expiry(now, ttl),
         )

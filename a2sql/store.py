@@ -450,11 +450,16 @@ class Presence:
         participant: str,
         values: Mapping[str, JSON],
         *,
-        at: datetime,
-        seen: int,
+        at: datetime | None = None,
+        seen: int | None = None,
         ttl_ms: int,
     ) -> None:
-        """Write fields last-writer-wins by ``at``; a ``None`` value deletes the field."""
+        """Write fields last-writer-wins by ``at``; a ``None`` value deletes the field.
+
+        ``at`` defaults to the store's clock at the write; ``seen`` is kept as
+        given for the application and ordered by nothing, and defaults to
+        ``at`` in ms since the Unix epoch.
+        """
         store = self._store
         return store._run(calls.presence_set(store._ctx, ns, participant, values, at, seen, ttl_ms))
 

@@ -142,6 +142,34 @@ def test_every_kind_of_operation_runs_in_the_callers_transaction(store: Store) -
     assert store.inspect.list_sessions().sessions == []
 
 
+def presence_values(store: Store) -> dict[str, object]:
+    return {entry.participant: entry.value for entry in store.presence.read("ns")}
+
+
+def test_a_presence_write_commits_or_rolls_back_with_the_callers_transaction(
+    store: Store,
+) -> None:
+    with store.begin() as connection:
+        connection.execute(insert(orders).values(note="joined"))
+        view = store.using(connection)
+        view.presence.set("ns", "alice", {"status": "online"}, ttl_ms=60_000)
+        [entry] = view.presence.read("ns")
+        assert (entry.value, entry.at.tzinfo) == ("online", UTC)
+        # Not visible outside the caller's transaction before it commits.
+        assert store.presence.read("ns") == []
+    assert order_notes(store) == ["joined"]
+    assert presence_values(store) == {"alice": "online"}
+    with pytest.raises(RuntimeError, match="undo both"), store.begin() as connection:
+        connection.execute(insert(orders).values(note="left"))
+        view = store.using(connection)
+        view.presence.set("ns", "alice", {"status": None}, ttl_ms=60_000)
+        view.presence.set("ns", "bob", {"status": "online"}, ttl_ms=60_000)
+        assert presence_values(store.using(connection)) == {"bob": "online"}
+        raise RuntimeError("undo both")
+    assert order_notes(store) == ["joined"]
+    assert presence_values(store) == {"alice": "online"}
+
+
 def test_an_attempt_of_a_deleted_or_pruned_session_never_touches_the_new_one(
     store: Store,
 ) -> None:
@@ -347,6 +375,31 @@ def test_async_an_a2sql_error_leaves_the_callers_transaction_usable(store: Store
 
     asyncio.run(main())
     assert order_notes(store) == ["before", "after"]
+
+
+def test_async_a_presence_write_commits_or_rolls_back_with_the_callers_transaction(
+    store: Store, url: str
+) -> None:
+    async def main() -> None:
+        async with a2sql.create_async_store(url) as async_store:
+            async with async_store.begin() as connection:
+                await connection.execute(insert(orders).values(note="joined"))
+                view = async_store.using(connection)
+                await view.presence.set("ns", "alice", {"status": "online"}, ttl_ms=60_000)
+                assert [e.value for e in await view.presence.read("ns")] == ["online"]
+                assert await async_store.presence.read("ns") == []
+            with pytest.raises(RuntimeError, match="undo both"):
+                async with async_store.begin() as connection:
+                    await connection.execute(insert(orders).values(note="left"))
+                    view = async_store.using(connection)
+                    await view.presence.set("ns", "alice", {"status": None}, ttl_ms=60_000)
+                    await view.presence.set("ns", "bob", {"status": "online"}, ttl_ms=60_000)
+                    assert [e.participant for e in await view.presence.read("ns")] == ["bob"]
+                    raise RuntimeError("undo both")
+
+    asyncio.run(main())
+    assert order_notes(store) == ["joined"]
+    assert presence_values(store) == {"alice": "online"}
 
 
 def test_the_callers_own_errors_in_store_begin_stay_sqlalchemys(store: Store) -> None:

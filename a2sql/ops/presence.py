@@ -9,7 +9,7 @@ a bounded batch each, so that no write pays for everything expired before it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import BindParameter, bindparam, delete, literal_column, or_, select, tuple_
@@ -20,6 +20,22 @@ from a2sql.execute import Transaction
 from a2sql.records import PresenceEntry
 from a2sql.schema import presence as P
 from a2sql.types import Timestamp
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def default_seen(at: datetime) -> int:
+    """``seen`` for a write that gives none: its ``at`` in ms since the Unix epoch.
+
+    The store orders nothing by ``seen``: it keeps it as given, for the
+    application (a heartbeat counter, the last event index a participant saw).
+    Derived from ``at``, the default orders as ``at`` does, so a reader that
+    compares ``seen`` agrees with the store's last-writer-wins, and a newer
+    write of a caller that never gives ``seen`` never carries a smaller one.
+    Any ``at`` (years 1 to 9999) fits the column's 64 bits.
+    """
+    return (at - EPOCH) // timedelta(milliseconds=1)
+
 
 NS: BindParameter[str] = bindparam("ns")
 NOW = bindparam("now", type_=Timestamp())

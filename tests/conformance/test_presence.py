@@ -183,3 +183,52 @@ def test_a_deletion_and_upserts_in_one_write_each_apply(store: Store) -> None:
     store.presence.set("ns", "p", {"a": 1, "b": 1, "c": 1}, at=_at(0), seen=0, ttl_ms=1000)
     store.presence.set("ns", "p", {"c": 2, "b": None, "a": 2}, at=_at(1), seen=1, ttl_ms=1000)
     assert _values(store) == {("p", "a"): 2, ("p", "c"): 2}
+
+
+def test_at_defaults_to_the_store_clock_at_the_write(store: Store, clock: FakeClock) -> None:
+    """presence.set without `at`: the write is stamped with the store's clock (to the ms)."""
+    clock.set(datetime(2026, 5, 6, 7, 8, 9, 123_789, tzinfo=UTC))
+    now_ms = datetime(2026, 5, 6, 7, 8, 9, 123_000, tzinfo=UTC)
+    store.presence.set("ns", "p", {"f": 1}, seen=3, ttl_ms=1000)
+    assert store.presence.read("ns") == [
+        PresenceEntry("p", "f", 1, 3, now_ms, now_ms + timedelta(milliseconds=1000))
+    ]
+
+
+def test_seen_defaults_to_at_in_ms_since_the_epoch(store: Store, clock: FakeClock) -> None:
+    """presence.set without `seen`: it is the write's `at` in ms since 1970-01-01 UTC,
+    whether `at` is given or the store's clock."""
+    clock.set(datetime(2026, 5, 6, 7, 8, 9, 123_789, tzinfo=UTC))
+    store.presence.set("ns", "p", {"f": 1}, ttl_ms=1000)
+    store.presence.set(
+        "ns", "q", {"f": 1}, at=datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC), ttl_ms=1000
+    )
+    store.presence.set("ns", "r", {"f": 1}, at=_at(5), ttl_ms=1000)
+    seen = {entry.participant: entry.seen for entry in store.presence.read("ns")}
+    assert seen == {
+        "p": int(datetime(2026, 5, 6, 7, 8, 9, 123_000, tzinfo=UTC).timestamp() * 1000),
+        "q": -1000,
+        "r": int(T0.timestamp()) * 1000 + 5,
+    }
+
+
+def test_defaulted_writes_are_last_writer_wins_by_the_store_clock(
+    store: Store, clock: FakeClock
+) -> None:
+    """presence.set with neither `at` nor `seen`: a later write wins, and its `seen`
+    is greater; an explicit older `at` loses to it, a newer one wins."""
+    store.presence.set("ns", "p", {"f": "first"}, ttl_ms=60_000)
+    clock.advance(ms=10)
+    store.presence.set("ns", "p", {"f": "second"}, ttl_ms=60_000)
+    [second] = store.presence.read("ns")
+    assert (second.value, second.at) == ("second", clock.now())
+    store.presence.set(
+        "ns", "p", {"f": "stale"}, at=clock.now() - timedelta(milliseconds=1), ttl_ms=60_000
+    )
+    assert [entry.value for entry in store.presence.read("ns")] == ["second"]
+    clock.advance(ms=10)
+    store.presence.set("ns", "p", {"f": "third"}, ttl_ms=60_000)
+    [third] = store.presence.read("ns")
+    assert third.value == "third" and third.seen > second.seen
+    store.presence.set("ns", "p", {"f": None}, seen=0, ttl_ms=60_000)
+    assert store.presence.read("ns") == []
