@@ -37,6 +37,7 @@ from a2sql.worker.policy import (
     returned_events,
     settings,
     settled,
+    vanished,
 )
 
 
@@ -293,7 +294,7 @@ class AsyncWorker:
         pacing = Pacing()
         while True:
             try:
-                [now] = await self.store.read(
+                found = await self.store.read(
                     event.session_id, after_index=event.index - 1, through_index=event.index
                 )
             except A2Error as error:
@@ -301,7 +302,9 @@ class AsyncWorker:
                     raise
                 await self._pause(pacing.next(), error)
                 continue
-            return settled(now, attempt.number, self.holder)
+            if not found:  # the session was deleted meanwhile
+                return "vanished"
+            return settled(found[0], attempt.number, self.holder)
 
     async def _own_lost_claims(self, session_id: str) -> list[StoredEvent]:
         pacing = Pacing()
@@ -334,6 +337,8 @@ class AsyncWorker:
                     retry_after_ms=delay,
                 )
             except A2Error as failure:
+                if vanished(failure, event):
+                    return "vanished"
                 if not is_transient(failure):
                     raise
                 await self._pause(pacing.next(), failure)

@@ -23,7 +23,9 @@ from a2sql.records import ClaimRef, NewEvent, StoredEvent
 
 log = logging.getLogger("a2sql.worker")
 
-Outcome: TypeAlias = Literal["completed", "failed", "dead_lettered", "superseded", "released"]
+Outcome: TypeAlias = Literal[
+    "completed", "failed", "dead_lettered", "superseded", "released", "vanished"
+]
 SessionOutcome: TypeAlias = Literal["settled", "idle", "stopped"]
 
 # Ids of returned events, derived from the event and the attempt: the same on
@@ -89,7 +91,30 @@ def failure_text(error: BaseException) -> str:
     if frames:
         last = frames[-1]
         text += f"\n  at {last.filename}:{last.lineno} in {last.name}"
-    return text[:MAX_ERROR_CHARS]
+    return storable_text(text)[:MAX_ERROR_CHARS]
+
+
+def storable_text(text: str) -> str:
+    """``text`` as the store accepts it: a NUL becomes the four characters ``\\x00`` and
+    a lone surrogate (from a ``surrogateescape``-decoded file name, say) its
+    ``\\udcff``-style escape, so that any exception's text can be recorded."""
+    text = text.replace("\x00", "\\x00")
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def vanished(error: A2Error, event: StoredEvent) -> bool:
+    """Whether ``error`` says the event is gone (its session deleted while handled):
+    the attempt ends there, and the worker goes on with its other claims."""
+    if error.code != ErrorCode.EVENT_NOT_FOUND:
+        return False
+    log.warning(
+        "session=%s index=%d is gone (session deleted?); attempt dropped",
+        event.session_id,
+        event.index,
+    )
+    return True
 
 
 def returned_events(returned: object, event: StoredEvent, attempt: int) -> list[NewEvent]:

@@ -34,6 +34,7 @@ from a2sql.worker.policy import (
     returned_events,
     settings,
     settled,
+    vanished,
 )
 
 
@@ -313,7 +314,7 @@ class Worker:
         pacing = Pacing()
         while True:
             try:
-                [now] = self.store.read(
+                found = self.store.read(
                     event.session_id, after_index=event.index - 1, through_index=event.index
                 )
             except A2Error as error:
@@ -321,7 +322,9 @@ class Worker:
                     raise
                 self._pause(pacing.next(), error)
                 continue
-            return settled(now, attempt.number, self.holder)
+            if not found:  # the session was deleted meanwhile
+                return "vanished"
+            return settled(found[0], attempt.number, self.holder)
 
     def _own_lost_claims(self, session_id: str) -> list[StoredEvent]:
         pacing = Pacing()
@@ -355,6 +358,8 @@ class Worker:
                     retry_after_ms=delay,
                 )
             except A2Error as failure:
+                if vanished(failure, event):
+                    return "vanished"
                 if not is_transient(failure):
                     raise
                 self._pause(pacing.next(), failure)

@@ -227,3 +227,50 @@ def test_async_reduce_folds_and_snapshots(run: Callable[..., Any]) -> None:
         assert info.index == 5
 
     run(body)
+
+
+def test_async_handler_error_with_a_nul_or_a_lone_surrogate_is_recorded_escaped(
+    run: Callable[..., Any],
+) -> None:
+    """Texts the store refuses (NUL, lone surrogate) are escaped; the worker goes on."""
+    undecodable = b"\xff".decode("utf-8", "surrogateescape")
+
+    async def handler(attempt: AsyncAttempt) -> None:
+        if attempt.event.type == "nul":
+            raise ValueError("a\x00b")
+        if attempt.event.type == "surrogate":
+            raise OSError(2, "No such file", undecodable)
+
+    async def body(store: AsyncStore) -> None:
+        await store.append("s", [NewEvent("nul", lane="a"), NewEvent("surrogate", lane="b")])
+        await store.append("t", [NewEvent("ok")])
+        worker = quick(store, handler, max_failures=1)
+        await worker.run(until_idle=True)
+        nul, surrogate = await store.read("s")
+        assert "ValueError: a\\x00b" in (nul.last_error or "")
+        assert "\\udcff" in (surrogate.last_error or "")
+        assert (await store.read("t"))[0].processed_by_attempt == 1
+        assert worker.outcomes == {"dead_lettered": 2, "completed": 1}
+
+    run(body)
+
+
+def test_async_session_deleted_while_its_event_is_handled_does_not_stop_the_worker(
+    run: Callable[..., Any],
+) -> None:
+    """The completion finds no event: that attempt ends, the other session is served."""
+
+    async def handler(attempt: AsyncAttempt) -> None:
+        if attempt.session_id == "doomed":
+            await attempt.store.delete_session("doomed")
+
+    async def body(store: AsyncStore) -> None:
+        await store.append("doomed", [NewEvent("t")])
+        await store.append("other", [NewEvent("t")])
+        worker = quick(store, handler)
+        await worker.run(until_idle=True)
+        assert await store.read("doomed") == []
+        assert (await store.read("other"))[0].processed_by_attempt == 1
+        assert worker.outcomes == {"vanished": 1, "completed": 1}
+
+    run(body)

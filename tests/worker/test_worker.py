@@ -563,3 +563,45 @@ def test_backoff_is_exponential_capped_and_jittered() -> None:
     assert Backoff.none().delay_ms(3) is None
     with pytest.raises(ValueError):
         Backoff(factor=0.5)
+
+
+def test_a_handler_error_with_a_nul_or_a_lone_surrogate_is_recorded_escaped(
+    store: Store,
+) -> None:
+    """Texts the store refuses (NUL, lone surrogate) are escaped; the worker goes on."""
+    undecodable = b"\xff".decode("utf-8", "surrogateescape")
+
+    def handler(attempt: Attempt) -> None:
+        if attempt.event.type == "nul":
+            raise ValueError("a\x00b")
+        if attempt.event.type == "surrogate":
+            raise OSError(2, "No such file", undecodable)
+
+    store.append("s", [NewEvent("nul", lane="a"), NewEvent("surrogate", lane="b")])
+    store.append("t", [NewEvent("ok")])
+    worker = quick(store, handler, max_failures=1)
+    worker.run(until_idle=True)
+    nul, surrogate = store.read("s")
+    assert "ValueError: a\\x00b" in (nul.last_error or "")
+    assert "\\udcff" in (surrogate.last_error or "")
+    assert nul.failed_at is not None and surrogate.failed_at is not None
+    assert store.read("t")[0].processed_by_attempt == 1
+    assert worker.outcomes == {"dead_lettered": 2, "completed": 1}
+
+
+def test_a_session_deleted_while_its_event_is_handled_does_not_stop_the_worker(
+    store: Store,
+) -> None:
+    """The completion finds no event: that attempt ends, the other session is served."""
+
+    def handler(attempt: Attempt) -> None:
+        if attempt.session_id == "doomed":
+            attempt.store.delete_session("doomed")
+
+    store.append("doomed", [NewEvent("t")])
+    store.append("other", [NewEvent("t")])
+    worker = quick(store, handler)
+    worker.run(until_idle=True)
+    assert store.read("doomed") == []
+    assert store.read("other")[0].processed_by_attempt == 1
+    assert worker.outcomes == {"vanished": 1, "completed": 1}
