@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
 
 from a2sql.cli.common import listen_option, url_option
+from a2sql.validate import MAX_TTL_MS
+from a2sql.worker.policy import MAX_SECONDS
+
+
+def _not_nan(_ctx: click.Context, param: click.Parameter, value: float) -> float:
+    # FloatRange lets nan through: every comparison with it is false.
+    if math.isnan(value):
+        raise click.BadParameter(f"nan is not in the range 0<x<={MAX_SECONDS}.", param=param)
+    return value
 
 
 @click.command()
@@ -21,7 +31,13 @@ from a2sql.cli.common import listen_option, url_option
     type=int,
     help="Worker processes (1: this one).",
 )
-@click.option("--ttl-ms", default=30_000, show_default=True, type=int, help="Claim lease.")
+@click.option(
+    "--ttl-ms",
+    default=30_000,
+    show_default=True,
+    type=click.IntRange(1, MAX_TTL_MS),
+    help="Claim lease, milliseconds.",
+)
 @click.option(
     "--max-failures", default=5, show_default=True, type=int, help="Failures before a dead letter."
 )
@@ -33,7 +49,12 @@ from a2sql.cli.common import listen_option, url_option
 )
 @click.option("--until-idle", is_flag=True, help="Exit once no work is claimable now or later.")
 @click.option(
-    "--poll-interval", default=1.0, show_default=True, type=float, help="Idle poll, seconds."
+    "--poll-interval",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0, MAX_SECONDS, min_open=True),
+    callback=_not_nan,
+    help=f"Idle poll, seconds (at most {MAX_SECONDS}).",
 )
 def worker(**options: Any) -> None:
     """Run a pool worker with a handler.

@@ -132,4 +132,6 @@ async def _serve_async(options: dict[str, Any], handler: Any, settings: dict[str
 
 
 def _shown(store: Any) -> str:
-    return str(store.engine.url.render_as_string(hide_password=True))
+    from a2sql.urls import shown_url
+
+    return shown_url(store.engine.url)

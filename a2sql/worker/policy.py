@@ -272,6 +272,10 @@ class Settings:
         return max(0.01, self.ttl_ms / 3000)
 
 
+#: The longest ``poll_interval`` or ``grace_s`` a worker takes: one day, in seconds.
+MAX_SECONDS = 24 * 3600
+
+
 def settings(
     *,
     prefix: object,
@@ -287,8 +291,13 @@ def settings(
     if prefix:
         validate.name(prefix, "prefix")
     for value, argument in ((poll_interval, "poll_interval"), (grace_s, "grace_s")):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise invalid(argument, "must be a positive number of seconds")
+        # A day at most: past it, sleeping and deadlines overflow (inf) or never end.
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 < value <= MAX_SECONDS
+        ):
+            raise invalid(argument, f"must be a number of seconds above 0, at most {MAX_SECONDS}")
     return Settings(
         prefix=prefix,
         holder=default_holder() if holder is None else validate.name(holder, "holder"),

@@ -14,7 +14,7 @@ from sqlalchemy import make_url
 
 import a2sql
 from a2sql import A2Error, ErrorCode
-from tests.cli.conftest import Cli
+from tests.cli.conftest import Cli, run_a2sql
 
 SECRET = "s3cret-Pa55"
 
@@ -67,3 +67,14 @@ def test_a_missing_sqlite_file_is_named_without_a_query_password(cli: Cli, tmp_p
     ran = cli("status", "--url", f"sqlite:///{tmp_path / 'missing.db'}?password={SECRET}")
     assert ran.code != 0
     _shown_without_secret(ran.out + ran.err)
+
+
+def test_the_worker_start_line_hides_a_query_password(
+    cli: Cli, secret_url: str, tmp_path: Path
+) -> None:
+    assert cli("migrate", "--url", secret_url).code == 0
+    (tmp_path / "app.py").write_text("def handle(attempt):\n    return None\n")
+    served = run_a2sql("worker", "app:handle", "--url", secret_url, "--until-idle", cwd=tmp_path)
+    assert served.code == 0, served.err
+    assert "serving" in served.err, served.err
+    _shown_without_secret(served.out + served.err)
