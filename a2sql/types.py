@@ -38,6 +38,10 @@ Flag = Boolean().with_variant(Integer(), "sqlite")
 ONE_MS = timedelta(milliseconds=1)
 
 
+@overload
+def to_millis(value: datetime) -> int: ...
+@overload
+def to_millis(value: None) -> None: ...
 def to_millis(value: datetime | None) -> int | None:
     """Epoch milliseconds of an aware datetime, truncated; None stays None."""
     if value is None:

@@ -9,7 +9,7 @@ a bounded batch each, so that no write pays for everything expired before it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import BindParameter, bindparam, delete, literal_column, or_, select, tuple_
@@ -19,9 +19,7 @@ from a2sql.dialects import Dialect
 from a2sql.execute import Transaction
 from a2sql.records import PresenceEntry
 from a2sql.schema import presence as P
-from a2sql.types import Timestamp
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+from a2sql.types import Timestamp, to_millis
 
 
 def default_seen(at: datetime) -> int:
@@ -34,7 +32,7 @@ def default_seen(at: datetime) -> int:
     write of a caller that never gives ``seen`` never carries a smaller one.
     Any ``at`` (years 1 to 9999) fits the column's 64 bits.
     """
-    return (at - EPOCH) // timedelta(milliseconds=1)
+    return to_millis(at)
 
 
 NS: BindParameter[str] = bindparam("ns")
