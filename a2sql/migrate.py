@@ -235,12 +235,12 @@ def _unknown_revision(revision: str, error: CommandError) -> A2Error:
 def check_revision(revision: str) -> None:
     """Raise ``A2Error(INVALID_ARGUMENT)`` unless ``revision`` names one of a2sql's
     revisions (an id or a unique prefix of one, ``head`` or ``base``)."""
-    _target(revision)
+    _target(ScriptDirectory.from_config(alembic_config()), revision)
 
 
-def _target(revision: str) -> Script | None:
-    """The script of ``revision`` (``None`` for base), or ``INVALID_ARGUMENT``."""
-    script = ScriptDirectory.from_config(alembic_config())
+def _target(script: ScriptDirectory, revision: str) -> Script | None:
+    """The script of ``revision`` in ``script`` (``None`` for base), or
+    ``INVALID_ARGUMENT``."""
     try:
         return script.get_revision(revision)
     except CommandError as error:
@@ -253,7 +253,7 @@ def _move(connection: Connection, revision: str) -> str | None:
 
 def _moved(connection: Connection, revision: str) -> tuple[str | None, str | None]:
     script = ScriptDirectory.from_config(alembic_config())
-    target = _target(revision)
+    target = _target(script, revision)
     with _keeping_alembic_proxies(), _transaction(connection, read_only=False):
         lock_for_migration(connection)
         before = current_revision(connection)
