@@ -23,6 +23,7 @@ from typing import Any
 
 from a2sql.cli.common import listen_argument
 from a2sql.errors import A2Error, ErrorCode
+from a2sql.urls import shown_url
 
 
 def load_handler(spec: str) -> Any:
@@ -132,6 +133,4 @@ async def _serve_async(options: dict[str, Any], handler: Any, settings: dict[str
 
 
 def _shown(store: Any) -> str:
-    from a2sql.urls import shown_url
-
     return shown_url(store.engine.url)
