@@ -268,6 +268,19 @@ SEED_ROWS = [
 ]
 
 
+def write_seed_file(path: Path) -> None:
+    """A SQLite file made by the seed's DDL, holding SEED_ROWS as the seed writes them."""
+    seed_database(path)
+    connection = sqlite3.connect(path)
+    with connection:
+        connection.executemany(
+            "insert into a2_events (session_id, idx, event_type, payload, event_id,"
+            " created_at, lane, lane_ready, processed_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            SEED_ROWS,
+        )
+    connection.close()
+
+
 def _seed_rows(path: Path) -> list[tuple[Any, ...]]:
     """Every event as stored, in the seed's representation (ms integers, JSON text)."""
     connection = sqlite3.connect(path)
@@ -284,15 +297,7 @@ def test_seed_file_stamped_at_baseline_upgrades_to_head_keeping_its_rows(
     adopted at 0001 by a2sql (no upgrade yet: no new index) and upgraded to head with
     every stored value unchanged; the store then claims its work oldest first."""
     path = tmp_path / "seed.db"
-    seed_database(path)
-    connection = sqlite3.connect(path)
-    with connection:
-        connection.executemany(
-            "insert into a2_events (session_id, idx, event_type, payload, event_id,"
-            " created_at, lane, lane_ready, processed_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            SEED_ROWS,
-        )
-    connection.close()
+    write_seed_file(path)
     written = _seed_rows(path)
     assert len(written) == len(SEED_ROWS)
 

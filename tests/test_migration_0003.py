@@ -9,7 +9,6 @@ and on PostgreSQL (the ``url`` fixture), except the seed file's, SQLite only.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,14 +23,13 @@ from a2sql.schema import retired_attempts
 from a2sql.testing import FakeClock
 from tests.test_migration_0002 import (
     NOW,
-    SEED_ROWS,
     TTL_MS,
     _seed_rows,
     all_rows,
     revision,
     write_rows_at_baseline,
+    write_seed_file,
 )
-from tests.test_schema_sqlite import seed_database
 
 DISPATCH_AGE = "0002_dispatch_age"
 RETIRED = "0003_retired_attempts"
@@ -143,15 +141,7 @@ def test_seed_file_upgrades_to_head_and_deletes_keep_their_attempts(tmp_path: Pa
     rows unchanged; a session claimed, deleted and appended again counts its attempts
     on, and the seed's other sessions are as they were."""
     path = tmp_path / "seed.db"
-    seed_database(path)
-    connection = sqlite3.connect(path)
-    with connection:
-        connection.executemany(
-            "insert into a2_events (session_id, idx, event_type, payload, event_id,"
-            " created_at, lane, lane_ready, processed_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            SEED_ROWS,
-        )
-    connection.close()
+    write_seed_file(path)
     written = _seed_rows(path)
 
     url = f"sqlite:///{path}"
