@@ -51,18 +51,6 @@ SESSIONS = 200
 PER_SESSION = 100
 PENDING_EVERY = 100
 
-_PG_BURST = """
-insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, lane_ready)
-select %(sid)s, i, 't', '{"n":1}'::json, %(sid)s || '/' || i, now(), true
-from generate_series(1, %(events)s) as i
-"""
-
-_SQLITE_BURST = """
-insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, lane_ready)
-with recursive k(i) as (select 1 union all select i + 1 from k where i < :events)
-select :sid, i, 't', '{"n":1}', :sid || '/' || i, :t0 + i, 1 from k
-"""
-
 _ESTIMATE = """
 explain (format json) select idx from a2_events
 where session_id = %s and lane_ready and processed_at is null and failed_at is null
@@ -86,11 +74,8 @@ def _load(target: databases.Target, backlog: int) -> None:
         conn.commit()
         databases.analyze(conn, target.engine)
         conn.commit()
-        if postgres:
-            conn.execute(_PG_BURST, {"sid": SESSION, "events": backlog})
-        else:
-            params = {"sid": SESSION, "events": backlog, "t0": databases.FILLER_T0_MS}
-            conn.execute(_SQLITE_BURST, params)
+        params = {"sid": SESSION, "events": backlog, "t0": databases.FILLER_T0_MS}
+        conn.execute(databases.BURST[target.engine], params)
         conn.commit()
 
 

@@ -23,6 +23,23 @@ A2SQL_TABLES = ("a2_events", "a2_snapshots", "a2_presence")
 # Filler events start here (epoch ms), well before anything a workload writes.
 FILLER_T0_MS = 1_700_000_000_000
 
+# A burst of pending events appended to one session in one statement (parameters
+# sid, events and t0, created_at in epoch ms on SQLite), as a sudden backlog
+# arrives between two of autovacuum's ANALYZE runs. Per engine, for a raw driver
+# connection or SQLAlchemy's exec_driver_sql alike.
+BURST = {
+    "postgres": """
+insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, lane_ready)
+select %(sid)s, i, 't', '{"n":1}'::json, %(sid)s || '/' || i, now(), true
+from generate_series(1, %(events)s) as i
+""",
+    "sqlite": """
+insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, lane_ready)
+with recursive k(i) as (select 1 union all select i + 1 from k where i < :events)
+select :sid, i, 't', '{"n":1}', :sid || '/' || i, :t0 + i, 1 from k
+""",
+}
+
 
 @dataclass(frozen=True)
 class Target:

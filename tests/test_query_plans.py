@@ -34,6 +34,7 @@ from a2sql.ops.events import EVENTS_BY_ID, PENDING_LANES, SESSION_STATUS
 from a2sql.ops.fused import claim_available as fused_claim
 from a2sql.ops.inspect import PAGE
 from a2sql.types import to_millis
+from bench.databases import BURST, FILLER_T0_MS
 
 SESSIONS = 200
 PER_SESSION = 100
@@ -249,18 +250,6 @@ BACKLOG = 20_000
 CLAIM_LIMIT = 16
 BACKLOG_SESSION = "burst"
 
-_PG_BACKLOG = """
-insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, lane_ready)
-select %(sid)s, i, 't', '{"n":1}'::json, %(sid)s || '/' || i, now(), true
-from generate_series(1, %(events)s) as i
-"""
-
-_SQLITE_BACKLOG = """
-insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, lane_ready)
-with recursive k(i) as (select 1 union all select i + 1 from k where i < :events)
-select :sid, i, 't', '{"n":1}', :sid || '/' || i, 1700000000000 + i, 1 from k
-"""
-
 # What stays pending when the table is analyzed: a few events (one in a hundred),
 # or none at all.
 _STILL_PENDING = {"few": "idx % 100 = 0", "none": "false"}
@@ -286,8 +275,8 @@ def _load_backlog(store: a2sql.Store, pending: str) -> None:
         connection.exec_driver_sql("analyze a2_events" if postgres else "analyze")
         connection.commit()
         connection.exec_driver_sql(
-            _PG_BACKLOG if postgres else _SQLITE_BACKLOG,
-            {"sid": BACKLOG_SESSION, "events": BACKLOG},
+            BURST["postgres" if postgres else "sqlite"],
+            {"sid": BACKLOG_SESSION, "events": BACKLOG, "t0": FILLER_T0_MS},
         )
         connection.commit()
 
