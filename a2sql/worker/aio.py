@@ -7,38 +7,44 @@ renewals run in a task, idle waits on an ``asyncio.Event``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from a2sql.aio import AsyncStore
+from a2sql.aio import AsyncPresence, AsyncStore
 from a2sql.errors import A2Error
 from a2sql.records import ClaimRef, NewEvent, StateRead, StoredEvent
+from a2sql.worker.outcome import HandlerTimeout, Outcome, Returned, timeout_error
 from a2sql.worker.policy import (
     Backoff,
-    Outcome,
+    Ending,
+    IdlePacing,
     Pacing,
     SessionOutcome,
     claims_by_session,
+    error_line,
     failure_text,
-    idle_wait,
     is_transient,
     log,
-    log_dead_letter,
     log_outcome,
     own_lost_claims,
     retry_delay_ms,
-    returned_events,
+    returned_outcome,
     settings,
     settled,
+    stopping_too_long,
     vanished,
 )
+
+T = TypeVar("T")
 
 
 @dataclass(eq=False)
@@ -50,6 +56,7 @@ class AsyncAttempt:
     store: AsyncStore
     connection: AsyncConnection | None = None
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    _error: str | None = field(default=None, repr=False)
 
     @property
     def session_id(self) -> str:
@@ -64,8 +71,15 @@ class AsyncAttempt:
         target = self.store if self.connection is None else self.store.using(self.connection)
         return await target.read_state(self.session_id, reducer_name)
 
+    @property
+    def presence(self) -> AsyncPresence:
+        """As ``Attempt.presence``: in the handler's transaction when it has one."""
+        if self.connection is None:
+            return self.store.presence
+        return self.store.using(self.connection).presence
 
-AsyncHandler = Callable[[AsyncAttempt], Awaitable[Sequence[NewEvent] | None]]
+
+AsyncHandler = Callable[[AsyncAttempt], Awaitable[Returned]]
 
 
 class _HandlerFailed(Exception):
@@ -77,11 +91,19 @@ class _Dropped(Exception):
     """The completion was superseded: roll the handler's writes back."""
 
 
+class _GiveUp(Exception):
+    """Stopped for longer than ``grace_s`` while the store does not answer."""
+
+
 class AsyncWorker:
     """``Worker`` for asyncio: ``await worker.run()``, coroutine handlers, an ``AsyncStore``.
 
-    Handlers run one at a time in the worker's task; run several workers
-    (tasks) for more at once. Everything else is as ``Worker``.
+    ``run()`` runs up to ``concurrency`` handlers at once, each claimed batch
+    in a task of its own, one event after the other; a handler running past
+    ``timeout_s`` is cancelled and its attempt failed. ``Outcome.write`` is a
+    coroutine function over the completion's ``AsyncConnection``. After
+    ``stop()``, handlers still running when ``grace_s`` ends are cancelled.
+    Everything else is as ``Worker``.
     """
 
     def __init__(
@@ -98,6 +120,8 @@ class AsyncWorker:
         transactional: bool = False,
         poll_interval: float = 1.0,
         grace_s: float = 30.0,
+        concurrency: int = 1,
+        timeout_s: float | None = None,
     ) -> None:
         self.store = store
         self.handler = handler
@@ -109,6 +133,8 @@ class AsyncWorker:
             batch=batch,
             poll_interval=poll_interval,
             grace_s=grace_s,
+            concurrency=concurrency,
+            timeout_s=timeout_s,
         )
         self.backoff = Backoff() if backoff is None else backoff
         self.transactional = transactional
@@ -119,6 +145,8 @@ class AsyncWorker:
         self._stopped_at: float | None = None
         self._wake = asyncio.Event()
         self._running = False
+        self._batches: set[asyncio.Task[None]] = set()
+        self._crashed: BaseException | None = None
 
     @property
     def holder(self) -> str:
@@ -129,35 +157,41 @@ class AsyncWorker:
 
     async def run_session(self, session_id: str) -> SessionOutcome:
         """Serve one session until it is ``settled``, ``idle`` or ``stopped``."""
-        s = self.settings
         async with self._serving():
-            pacing = Pacing()
-            reply_lost = False  # as in Worker.run_session
-            while not self._stopping.is_set():
-                try:
-                    claim = await self.store.claim_available(
-                        session_id, holder=s.holder, ttl_ms=s.ttl_ms, limit=s.batch
-                    )
-                except A2Error as error:
-                    if not is_transient(error):
-                        raise
-                    reply_lost = True
-                    await self._pause(pacing.next(), error)
-                    continue
-                pacing.reset()
-                if claim.outcome == "settled":
-                    return "settled"
-                if claim.outcome == "busy":
-                    if not reply_lost:
-                        return "idle"
-                    reply_lost = False
-                    events = await self._own_lost_claims(session_id)
-                    if not events:
-                        return "idle"
-                else:
-                    events = claim.events
-                await self._serve(session_id, events)
-            return "stopped"
+            try:
+                return await self._serve_session(session_id)
+            except _GiveUp:
+                return "stopped"
+
+    async def _serve_session(self, session_id: str) -> SessionOutcome:
+        s = self.settings
+        pacing = Pacing()
+        reply_lost = False  # as in Worker.run_session
+        while not self._stopping.is_set():
+            try:
+                claim = await self.store.claim_available(
+                    session_id, holder=s.holder, ttl_ms=s.ttl_ms, limit=s.batch
+                )
+            except A2Error as error:
+                if not is_transient(error):
+                    raise
+                reply_lost = True
+                await self._pause(pacing.next(), error)
+                continue
+            pacing.reset()
+            if claim.outcome == "settled":
+                return "settled"
+            if claim.outcome == "busy":
+                if not reply_lost:
+                    return "idle"
+                reply_lost = False
+                events = await self._own_lost_claims(session_id)
+                if not events:
+                    return "idle"
+            else:
+                events = claim.events
+            await self._serve(session_id, events)
+        return "stopped"
 
     async def run(self, *, until_idle: bool = False) -> None:
         """Serve every session under ``prefix`` until ``stop()`` (or SIGTERM/SIGINT when
@@ -172,27 +206,36 @@ class AsyncWorker:
         unsubscribe = self.store.watch(wake)
         try:
             async with self._serving(), self._signals():
-                pacing = Pacing()
-                while not self._stopping.is_set():
-                    self._wake.clear()
-                    try:
-                        dispatch = await self.store.claim_next(
-                            holder=s.holder, ttl_ms=s.ttl_ms, limit=s.batch, prefix=s.prefix
-                        )
-                    except A2Error as error:
-                        if not is_transient(error):
-                            raise
-                        await self._pause(pacing.next(), error)
-                        continue
-                    pacing.reset()
-                    if dispatch.outcome == "claimed" and dispatch.session_id is not None:
-                        await self._serve(dispatch.session_id, dispatch.events)
-                        continue
-                    if until_idle and dispatch.retry_at is None:
-                        return
-                    wait = idle_wait(s.poll_interval, dispatch.retry_at, self.store.clock.now())
-                    with suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), wait)
+                try:
+                    pacing = Pacing()
+                    idle = IdlePacing(s.poll_interval)
+                    while await self._free_slot():
+                        self._wake.clear()
+                        try:
+                            dispatch = await self.store.claim_next(
+                                holder=s.holder, ttl_ms=s.ttl_ms, limit=s.batch, prefix=s.prefix
+                            )
+                        except A2Error as error:
+                            if not is_transient(error):
+                                raise
+                            if not self._stopping.is_set():
+                                await self._pause(pacing.next(), error)
+                            continue
+                        pacing.reset()
+                        if dispatch.outcome == "claimed" and dispatch.session_id is not None:
+                            idle.reset()
+                            self._start_batch(dispatch.session_id, dispatch.events)
+                            continue
+                        if until_idle and dispatch.retry_at is None and not self._batches:
+                            return
+                        wait = idle.next(dispatch.retry_at, self.store.clock.now())
+                        with suppress(TimeoutError):
+                            await asyncio.wait_for(self._wake.wait(), wait)
+                finally:
+                    self.stop()  # whatever ended the loop, running batches wind down
+                    await self._join_batches()
+                if self._crashed is not None:
+                    raise self._crashed
         finally:
             unsubscribe()
 
@@ -202,6 +245,49 @@ class AsyncWorker:
             self._stopped_at = time.monotonic()
         self._stopping.set()
         self._wake.set()
+
+    # --- batches in flight --------------------------------------------------------
+
+    async def _free_slot(self) -> bool:
+        """Wait until fewer than ``concurrency`` batches run; False once stopping."""
+        while not self._stopping.is_set():
+            if len(self._batches) < self.settings.concurrency:
+                return True
+            self._wake.clear()  # a batch ending (or stop) sets it
+            await self._wake.wait()
+        return False
+
+    def _start_batch(self, session_id: str, events: list[StoredEvent]) -> None:
+        async def serve() -> None:
+            try:
+                await self._serve(session_id, events)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as error:  # handed to run(), which raises it
+                if self._crashed is None:
+                    self._crashed = error
+                self.stop()
+            finally:
+                # Here, not in a done callback (which runs later): _free_slot,
+                # woken by the set, must see the slot free.
+                self._batches.discard(task)
+                self._wake.set()
+
+        task = asyncio.create_task(serve(), name=f"a2sql-batch-{session_id}")
+        self._batches.add(task)
+
+    async def _join_batches(self) -> None:
+        """Wait for running batches until ``grace_s`` after stop, then cancel those left
+        (a cancelled batch still releases its claims)."""
+        if not self._batches:
+            return
+        left = (self._stopped_at or time.monotonic()) + self.settings.grace_s - time.monotonic()
+        _, pending = await asyncio.wait(set(self._batches), timeout=max(0.0, left))
+        if pending:
+            log.warning("%d handler(s) still running after grace_s: cancelled", len(pending))
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending)
 
     # --- one batch of claimed events ---------------------------------------------
 
@@ -214,11 +300,18 @@ class AsyncWorker:
                 if self._stopping.is_set():
                     break
                 started = time.monotonic()
-                outcome = "superseded" if attempt.lost else await self._handle(attempt)
+                try:
+                    outcome = "superseded" if attempt.lost else await self._handle(attempt)
+                except _GiveUp:
+                    break  # the store does not answer: its leases run out
                 self._held.pop((session_id, attempt.event.index), None)
                 self.outcomes[outcome] += 1
                 log_outcome(
-                    session_id, attempt.event, attempt.number, outcome, time.monotonic() - started
+                    attempt.event,
+                    attempt.number,
+                    outcome,
+                    time.monotonic() - started,
+                    attempt._error,
                 )
         finally:
             left = [a for a in attempts if (session_id, a.event.index) in self._held]
@@ -226,19 +319,48 @@ class AsyncWorker:
                 # Shielded: a cancelled worker still hands its claims back.
                 await asyncio.shield(self._release(left))
 
-    async def _handle(self, attempt: AsyncAttempt) -> Outcome:
+    async def _handle(self, attempt: AsyncAttempt) -> Ending:
         if self.transactional:
-            return await self._handle_in_transaction(attempt)
+            try:
+                return await self._timed(attempt, self._commit(attempt, self._in_transaction))
+            except HandlerTimeout as error:
+                return await self._fail(attempt, error)
         try:
-            returned = await self.handler(attempt)
-            events = returned_events(returned, attempt.event, attempt.number)
+            returned = await self._timed(attempt, self.handler(attempt))
+            outcome = returned_outcome(returned, attempt.event, attempt.number)
         except Exception as error:
             return await self._fail(attempt, error)
         if attempt.lost:
             return "superseded"
-        return await self._complete(attempt, events)
+        if outcome.write is None:
+            return await self._complete(attempt, list(outcome.events))
+        return await self._commit(attempt, lambda _, connection: _written(outcome, connection))
 
-    async def _complete(self, attempt: AsyncAttempt, events: list[NewEvent]) -> Outcome:
+    async def _timed(self, attempt: AsyncAttempt, call: Awaitable[T]) -> T:
+        """``await call``, or past ``timeout_s`` cancelled, with the attempt marked lost
+        and a ``HandlerTimeout`` raised."""
+        timeout_s = self.settings.timeout_s
+        if timeout_s is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, timeout_s)
+        except TimeoutError:
+            attempt._lost.set()
+            raise timeout_error(timeout_s) from None
+
+    async def _in_transaction(
+        self, attempt: AsyncAttempt, connection: AsyncConnection
+    ) -> list[NewEvent]:
+        """Transactional mode: the handler runs in the completion's transaction."""
+        attempt.connection = connection
+        try:
+            returned = await self.handler(attempt)
+            outcome = returned_outcome(returned, attempt.event, attempt.number)
+            return await _written(outcome, connection)
+        finally:
+            attempt.connection = None
+
+    async def _complete(self, attempt: AsyncAttempt, events: list[NewEvent]) -> Ending:
         event = attempt.event
         pacing = Pacing()
         while True:
@@ -247,22 +369,27 @@ class AsyncWorker:
                     event.session_id, index=event.index, attempt=attempt.number, events=events
                 )
             except A2Error as error:
+                if vanished(error, event):
+                    return "vanished"
                 if is_transient(error):
                     await self._pause(pacing.next(), error)
                     continue
                 return await self._fail(attempt, error)
             return result.outcome
 
-    async def _handle_in_transaction(self, attempt: AsyncAttempt) -> Outcome:
+    async def _commit(
+        self,
+        attempt: AsyncAttempt,
+        body: Callable[[AsyncAttempt, AsyncConnection], Awaitable[list[NewEvent]]],
+    ) -> Ending:
+        """As ``Worker._commit``: ``body`` and the completion in one transaction."""
         event = attempt.event
         pacing = Pacing()
         while True:
             try:
                 async with self.store.begin() as connection:
-                    attempt.connection = connection
                     try:
-                        returned = await self.handler(attempt)
-                        events = returned_events(returned, event, attempt.number)
+                        events = await body(attempt, connection)
                     except Exception as error:
                         raise _HandlerFailed(error) from error
                     if attempt.lost:
@@ -280,16 +407,16 @@ class AsyncWorker:
             except Exception as error:
                 if not is_transient(error):
                     if isinstance(error, A2Error):
+                        if vanished(error, event):
+                            return "vanished"
                         return await self._fail(attempt, error)
                     raise
                 found = await self._committed(attempt)
                 if found is not None:
                     return found
                 await self._pause(pacing.next(), error)
-            finally:
-                attempt.connection = None
 
-    async def _committed(self, attempt: AsyncAttempt) -> Outcome | None:
+    async def _committed(self, attempt: AsyncAttempt) -> Ending | None:
         event = attempt.event
         pacing = Pacing()
         while True:
@@ -320,11 +447,12 @@ class AsyncWorker:
             return own_lost_claims(events, self.holder, self.store.clock.now(), held)
         return []
 
-    async def _fail(self, attempt: AsyncAttempt, error: Exception) -> Outcome:
+    async def _fail(self, attempt: AsyncAttempt, error: Exception) -> Ending:
         event = attempt.event
         s = self.settings
         delay = retry_delay_ms(self.backoff, event, s.max_failures)
         text = failure_text(error)
+        attempt._error = error_line(error)
         pacing = Pacing()
         while True:
             try:
@@ -343,8 +471,6 @@ class AsyncWorker:
                     raise
                 await self._pause(pacing.next(), failure)
                 continue
-            if result.outcome == "dead_lettered":
-                log_dead_letter(event, result.failure_count, text)
             return result.outcome
 
     # --- claims held ----------------------------------------------------------------
@@ -399,9 +525,17 @@ class AsyncWorker:
     # --- lifetime -------------------------------------------------------------------
 
     async def _pause(self, seconds: float, error: BaseException) -> None:
+        """As ``Worker._pause``: once stopped, pauses are waited out, and past
+        ``grace_s`` the worker gives up."""
         log.warning("the store did not answer (%s); trying again in %.2f s", error, seconds)
-        with suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
+        if not self._stopping.is_set():
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), seconds)
+            return
+        left = stopping_too_long(self._stopped_at, self.settings.grace_s)
+        if left is None:
+            raise _GiveUp
+        await asyncio.sleep(min(seconds, left))
 
     @asynccontextmanager
     async def _serving(self) -> AsyncIterator[None]:
@@ -446,3 +580,12 @@ class AsyncWorker:
         finally:
             for each in installed:
                 loop.remove_signal_handler(each)
+
+
+async def _written(outcome: Outcome, connection: AsyncConnection) -> list[NewEvent]:
+    """Run ``outcome.write`` (if any) on the completion's connection; its events."""
+    if outcome.write is not None:
+        result = outcome.write(connection)  # type: ignore[arg-type]
+        if inspect.isawaitable(result):
+            await result
+    return list(outcome.events)

@@ -8,6 +8,7 @@ import os
 import random
 import secrets
 import socket
+import time
 import traceback
 import uuid
 from collections.abc import Iterable, Sequence
@@ -20,10 +21,12 @@ from sqlalchemy.exc import DBAPIError
 from a2sql import validate
 from a2sql.errors import A2Error, ErrorCode, invalid
 from a2sql.records import ClaimRef, NewEvent, StoredEvent
+from a2sql.worker.outcome import Outcome
 
 log = logging.getLogger("a2sql.worker")
 
-Outcome: TypeAlias = Literal[
+#: How one attempt ended, as a worker counts it (``worker.outcomes``) and logs it.
+Ending: TypeAlias = Literal[
     "completed", "failed", "dead_lettered", "superseded", "released", "vanished"
 ]
 SessionOutcome: TypeAlias = Literal["settled", "idle", "stopped"]
@@ -117,14 +120,21 @@ def vanished(error: A2Error, event: StoredEvent) -> bool:
     return True
 
 
-def returned_events(returned: object, event: StoredEvent, attempt: int) -> list[NewEvent]:
-    """What a handler returned, as the events to complete with: each without an id gets
-    the one derived from (event, attempt, position)."""
+def returned_outcome(returned: object, event: StoredEvent, attempt: int) -> Outcome:
+    """What a handler returned (events, an ``Outcome`` or ``None``), as an ``Outcome``
+    whose events each have an id: one without gets the id derived from (event,
+    attempt, position)."""
     if returned is None:
-        return []
+        return Outcome()
+    write = None
+    if isinstance(returned, Outcome):
+        write, returned = returned.write, returned.events
+        if write is not None and not callable(write):
+            raise TypeError(f"Outcome.write must be callable, not {type(write).__name__}")
     if isinstance(returned, NewEvent) or not isinstance(returned, Sequence):
         raise TypeError(
-            f"a handler returns a sequence of NewEvent or None, not {type(returned).__name__}"
+            "a handler returns a sequence of NewEvent, an Outcome or None, "
+            f"not {type(returned).__name__}"
         )
     events = []
     for position, new in enumerate(returned):
@@ -134,7 +144,7 @@ def returned_events(returned: object, event: StoredEvent, attempt: int) -> list[
             derived = uuid.uuid5(RETURNED_IDS, f"{event.id}\x00{attempt}\x00{position}")
             new = NewEvent(new.type, new.payload, str(derived), new.cause, new.lane, new.settled)
         events.append(new)
-    return events
+    return Outcome(events, write)
 
 
 def is_transient(error: BaseException) -> bool:
@@ -165,12 +175,38 @@ class Held(Protocol):
     number: int
 
 
-def idle_wait(poll_interval: float, retry_at: datetime | None, now: datetime) -> float:
+class IdlePacing:
     """How long an idle worker waits: the poll interval, or less when a claim or a retry
-    delay ends sooner (never under ``MIN_IDLE_WAIT_S``)."""
-    if retry_at is None:
-        return poll_interval
-    return min(poll_interval, max(MIN_IDLE_WAIT_S, (retry_at - now).total_seconds()))
+    delay ends sooner. While claimable work stays locked by other transactions
+    (``retry_at`` already here), the wait starts at ``MIN_IDLE_WAIT_S`` and doubles
+    up to the poll interval: a worker does not poll a lock every 10 ms."""
+
+    def __init__(self, poll_interval: float) -> None:
+        self._poll_interval = poll_interval
+        self._short = MIN_IDLE_WAIT_S
+
+    def next(self, retry_at: datetime | None, now: datetime) -> float:
+        if retry_at is None:
+            self.reset()
+            return self._poll_interval
+        until = (retry_at - now).total_seconds()
+        if until > MIN_IDLE_WAIT_S:
+            self.reset()
+            return min(self._poll_interval, until)
+        wait, self._short = self._short, min(self._poll_interval, self._short * 2)
+        return min(self._poll_interval, wait)
+
+    def reset(self) -> None:
+        self._short = MIN_IDLE_WAIT_S
+
+
+def stopping_too_long(stopped_at: float | None, grace_s: float) -> float | None:
+    """Seconds left of the grace period since ``stopped_at`` (``time.monotonic()``), or
+    ``None`` once it is over: a worker stopped that long stops retrying the store."""
+    if stopped_at is None:
+        return grace_s
+    left = stopped_at + grace_s - time.monotonic()
+    return left if left > 0 else None
 
 
 def retry_delay_ms(backoff: Backoff, event: StoredEvent, max_failures: int) -> int | None:
@@ -179,17 +215,7 @@ def retry_delay_ms(backoff: Backoff, event: StoredEvent, max_failures: int) -> i
     return backoff.delay_ms(failures) if failures < max_failures else None
 
 
-def log_dead_letter(event: StoredEvent, failures: int, text: str) -> None:
-    log.warning(
-        "session=%s index=%d dead-lettered after %d failures: %s",
-        event.session_id,
-        event.index,
-        failures,
-        text,
-    )
-
-
-def settled(now: StoredEvent, attempt: int, holder: str) -> Outcome | None:
+def settled(now: StoredEvent, attempt: int, holder: str) -> Ending | None:
     """After a completion whose commit's outcome is unknown, the event as read now says:
     ``completed`` (it committed), ``superseded`` (it cannot have, and cannot now), or
     ``None`` (it did not commit and the attempt still holds the event: try again)."""
@@ -239,19 +265,27 @@ def claims_by_session(attempts: Iterable[Held]) -> dict[str, list[ClaimRef]]:
 
 
 def log_outcome(
-    session_id: str, event: StoredEvent, attempt: int, outcome: str, duration_s: float
+    event: StoredEvent, attempt: int, outcome: str, duration_s: float, error: str | None
 ) -> None:
-    """The one line per handled event."""
+    """The one line per handled event: a failure says its error, a dead letter is a
+    WARNING."""
     level = logging.WARNING if outcome == "dead_lettered" else logging.INFO
-    log.log(
-        level,
-        "session=%s index=%d attempt=%d outcome=%s duration_ms=%.1f",
-        session_id,
-        event.index,
-        attempt,
-        outcome,
-        duration_s * 1000,
-    )
+    line = "session=%s index=%d attempt=%d outcome=%s duration_ms=%.1f"
+    args: list[object] = [event.session_id, event.index, attempt, outcome, duration_s * 1000]
+    if outcome == "dead_lettered":
+        line += " failures=%d"
+        args.append(event.failure_count + 1)
+    if error is not None:
+        line += " error=%s"
+        args.append(error)
+    log.log(level, line, *args)
+
+
+def error_line(error: BaseException) -> str:
+    """``Type: message`` on one line (the message's first line), for a log line."""
+    message = str(error).strip().splitlines()
+    text = type(error).__qualname__ + (f": {message[0]}" if message else "")
+    return storable_text(text)[:MAX_ERROR_CHARS]
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +299,8 @@ class Settings:
     batch: int
     poll_interval: float
     grace_s: float
+    concurrency: int = 1
+    timeout_s: float | None = None
 
     @property
     def renew_every_s(self) -> float:
@@ -272,7 +308,9 @@ class Settings:
         return max(0.01, self.ttl_ms / 3000)
 
 
-#: The longest ``poll_interval`` or ``grace_s`` a worker takes: one day, in seconds.
+#: The most handlers one worker runs at once.
+MAX_CONCURRENCY = 1024
+#: The longest ``poll_interval``, ``grace_s`` or ``timeout_s`` a worker takes: one day, in seconds.
 MAX_SECONDS = 24 * 3600
 
 
@@ -285,12 +323,15 @@ def settings(
     batch: object,
     poll_interval: object,
     grace_s: object,
+    concurrency: object = 1,
+    timeout_s: object = None,
 ) -> Settings:
     if not isinstance(prefix, str):
         raise invalid("prefix", f"must be a str, got {type(prefix).__name__}")
     if prefix:
         validate.name(prefix, "prefix")
-    for value, argument in ((poll_interval, "poll_interval"), (grace_s, "grace_s")):
+    timed = () if timeout_s is None else ((timeout_s, "timeout_s"),)
+    for value, argument in ((poll_interval, "poll_interval"), (grace_s, "grace_s"), *timed):
         # A day at most: past it, sleeping and deadlines overflow (inf) or never end.
         if (
             isinstance(value, bool)
@@ -306,4 +347,8 @@ def settings(
         batch=validate.limit(batch, "batch"),
         poll_interval=float(poll_interval),  # type: ignore[arg-type]
         grace_s=float(grace_s),  # type: ignore[arg-type]
+        concurrency=validate.integer(
+            concurrency, "concurrency", minimum=1, maximum=MAX_CONCURRENCY
+        ),
+        timeout_s=None if timeout_s is None else float(timeout_s),  # type: ignore[arg-type]
     )

@@ -2,40 +2,45 @@
 
 from __future__ import annotations
 
+import inspect
 import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 
 from a2sql.errors import A2Error
 from a2sql.records import ClaimRef, NewEvent, StateRead, StoredEvent
-from a2sql.store import Store
+from a2sql.store import Presence, Store
+from a2sql.worker.outcome import HandlerTimeout, Outcome, Returned, timeout_error
 from a2sql.worker.policy import (
     Backoff,
-    Outcome,
+    Ending,
+    IdlePacing,
     Pacing,
     SessionOutcome,
     claims_by_session,
+    error_line,
     failure_text,
-    idle_wait,
     is_transient,
     log,
-    log_dead_letter,
     log_outcome,
     own_lost_claims,
     retry_delay_ms,
-    returned_events,
+    returned_outcome,
     settings,
     settled,
+    stopping_too_long,
     vanished,
 )
+
+T = TypeVar("T")
 
 
 @dataclass(eq=False)
@@ -45,7 +50,8 @@ class Attempt:
     ``connection`` is set under ``Worker(..., transactional=True)``: the
     connection of the transaction the completion commits in, for the
     handler's own writes. ``lost`` turns true when the worker learns that
-    the claim was taken over; the result will not be submitted.
+    the claim was taken over (or the handler ran past ``timeout_s``); the
+    result will not be submitted.
     """
 
     event: StoredEvent
@@ -53,6 +59,7 @@ class Attempt:
     store: Store
     connection: Connection | None = None
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    _error: str | None = field(default=None, repr=False)
 
     @property
     def session_id(self) -> str:
@@ -67,8 +74,17 @@ class Attempt:
         target = self.store if self.connection is None else self.store.using(self.connection)
         return target.read_state(self.session_id, reducer_name)
 
+    @property
+    def presence(self) -> Presence:
+        """``store.presence`` for the handler ("typing…"): in the handler's transaction
+        when it has one, so that on SQLite it never waits on that transaction's own
+        write lock (the value is then seen when the transaction commits)."""
+        if self.connection is None:
+            return self.store.presence
+        return self.store.using(self.connection).presence
 
-Handler = Callable[[Attempt], Sequence[NewEvent] | None]
+
+Handler = Callable[[Attempt], Returned]
 
 
 class _HandlerFailed(Exception):
@@ -80,25 +96,35 @@ class _Dropped(Exception):
     """The completion was superseded: roll the handler's writes back."""
 
 
+class _GiveUp(Exception):
+    """Stopped for longer than ``grace_s`` while the store does not answer."""
+
+
 class Worker:
     """Claims events, runs ``handler`` on each and completes or fails the attempt.
 
     ``run()`` serves every session under ``prefix`` through ``claim_next``;
-    ``run_session(id)`` serves one. Handlers run one at a time in the calling
-    thread; run more workers (processes or threads) for more at once. While
+    ``run_session(id)`` serves one. ``run()`` runs up to ``concurrency``
+    handlers at once, each claimed batch (events of one session, at most one
+    per lane) in a thread of its own, one event after the other;
+    ``run_session`` handles one event at a time in the calling thread. While
     a handler runs, its claims (and those of the events waiting behind it in
     the batch) are renewed in a background thread every third of ``ttl_ms``.
 
     A handler returns the events its event caused (or ``None``); they are
     appended by ``complete_attempt``, and those without an id get one derived
     from the event and the attempt, so a completion retried after a lost
-    reply replays instead of appending twice. A handler that raises fails the
-    attempt, to be retried after ``backoff``'s delay, and dead-lettered at
-    ``max_failures``. With ``transactional=True`` the handler gets
-    ``attempt.connection``, the transaction its completion commits in, and
-    what it writes there commits with the completion or not at all (on
-    SQLite that transaction holds the database's write lock while the
-    handler runs).
+    reply replays instead of appending twice. To write the application's
+    own tables exactly once, it returns ``Outcome(events, write=fn)``: the
+    handler runs outside any transaction and ``fn(connection)`` runs in the
+    short transaction the completion commits in. A handler that raises fails
+    the attempt, to be retried after ``backoff``'s delay, and dead-lettered
+    at ``max_failures``; so does one that runs longer than ``timeout_s``
+    (its late result is dropped: a thread cannot be stopped, so it runs on
+    unwatched). With ``transactional=True`` the handler runs inside that
+    transaction and gets ``attempt.connection`` (on SQLite the transaction
+    holds the database's write lock while the handler runs: prefer
+    ``Outcome``).
     """
 
     def __init__(
@@ -115,6 +141,8 @@ class Worker:
         transactional: bool = False,
         poll_interval: float = 1.0,
         grace_s: float = 30.0,
+        concurrency: int = 1,
+        timeout_s: float | None = None,
     ) -> None:
         self.store = store
         self.handler = handler
@@ -126,6 +154,8 @@ class Worker:
             batch=batch,
             poll_interval=poll_interval,
             grace_s=grace_s,
+            concurrency=concurrency,
+            timeout_s=timeout_s,
         )
         self.backoff = Backoff() if backoff is None else backoff
         self.transactional = transactional
@@ -137,6 +167,9 @@ class Worker:
         self._stopped_at: float | None = None
         self._wake = threading.Event()
         self._running = False
+        self._slots = threading.BoundedSemaphore(self.settings.concurrency)
+        self._batches: set[threading.Thread] = set()
+        self._crashed: BaseException | None = None
 
     @property
     def holder(self) -> str:
@@ -148,37 +181,43 @@ class Worker:
     def run_session(self, session_id: str) -> SessionOutcome:
         """Serve one session until it is ``settled``, ``idle`` (only delayed retries or
         other workers' claims left) or ``stopped``."""
-        s = self.settings
         with self._serving():
-            pacing = Pacing()
-            # A claim whose reply was lost may have committed: its events are
-            # this worker's, though it never saw them.
-            reply_lost = False
-            while not self._stopping.is_set():
-                try:
-                    claim = self.store.claim_available(
-                        session_id, holder=s.holder, ttl_ms=s.ttl_ms, limit=s.batch
-                    )
-                except A2Error as error:
-                    if not is_transient(error):
-                        raise
-                    reply_lost = True
-                    self._pause(pacing.next(), error)
-                    continue
-                pacing.reset()
-                if claim.outcome == "settled":
-                    return "settled"
-                if claim.outcome == "busy":
-                    if not reply_lost:
-                        return "idle"
-                    reply_lost = False
-                    events = self._own_lost_claims(session_id)
-                    if not events:
-                        return "idle"
-                else:
-                    events = claim.events
-                self._serve(session_id, events)
-            return "stopped"
+            try:
+                return self._serve_session(session_id)
+            except _GiveUp:
+                return "stopped"
+
+    def _serve_session(self, session_id: str) -> SessionOutcome:
+        s = self.settings
+        pacing = Pacing()
+        # A claim whose reply was lost may have committed: its events are
+        # this worker's, though it never saw them.
+        reply_lost = False
+        while not self._stopping.is_set():
+            try:
+                claim = self.store.claim_available(
+                    session_id, holder=s.holder, ttl_ms=s.ttl_ms, limit=s.batch
+                )
+            except A2Error as error:
+                if not is_transient(error):
+                    raise
+                reply_lost = True
+                self._pause(pacing.next(), error)
+                continue
+            pacing.reset()
+            if claim.outcome == "settled":
+                return "settled"
+            if claim.outcome == "busy":
+                if not reply_lost:
+                    return "idle"
+                reply_lost = False
+                events = self._own_lost_claims(session_id)
+                if not events:
+                    return "idle"
+            else:
+                events = claim.events
+            self._serve(session_id, events)
+        return "stopped"
 
     def run(self, *, until_idle: bool = False) -> None:
         """Serve every session under ``prefix`` until ``stop()`` (or SIGTERM/SIGINT when
@@ -187,39 +226,109 @@ class Worker:
 
         When idle it waits for a wake-up (new work committed through a store of this
         process or, on PostgreSQL, anywhere) or until the next poll, and never
-        polls sooner than ``claim_next``'s ``retry_at`` within that interval.
+        polls sooner than ``claim_next``'s ``retry_at`` within that interval (nor,
+        while what is claimable stays locked by others, more often than a
+        doubling wait allows).
         """
         s = self.settings
         with self._serving(), self._signals(), self._watching():
-            pacing = Pacing()
-            while not self._stopping.is_set():
-                self._wake.clear()
-                try:
-                    dispatch = self.store.claim_next(
-                        holder=s.holder, ttl_ms=s.ttl_ms, limit=s.batch, prefix=s.prefix
-                    )
-                except A2Error as error:
-                    if not is_transient(error):
-                        raise
-                    self._pause(pacing.next(), error)
-                    continue
-                pacing.reset()
-                if dispatch.outcome == "claimed" and dispatch.session_id is not None:
-                    self._serve(dispatch.session_id, dispatch.events)
-                    continue
-                if until_idle and dispatch.retry_at is None:
-                    return
-                wait = idle_wait(s.poll_interval, dispatch.retry_at, self.store.clock.now())
-                self._wake.wait(wait)
+            try:
+                pacing = Pacing()
+                idle = IdlePacing(s.poll_interval)
+                while self._free_slot():
+                    self._wake.clear()
+                    try:
+                        dispatch = self.store.claim_next(
+                            holder=s.holder, ttl_ms=s.ttl_ms, limit=s.batch, prefix=s.prefix
+                        )
+                    except A2Error as error:
+                        self._slots.release()
+                        if not is_transient(error):
+                            raise
+                        if not self._stopping.is_set():
+                            self._pause(pacing.next(), error)
+                        continue
+                    pacing.reset()
+                    if dispatch.outcome == "claimed" and dispatch.session_id is not None:
+                        idle.reset()
+                        self._start_batch(dispatch.session_id, dispatch.events)
+                        continue
+                    self._slots.release()
+                    if until_idle and dispatch.retry_at is None and not self._batches:
+                        return
+                    self._wake.wait(idle.next(dispatch.retry_at, self.store.clock.now()))
+            finally:
+                self.stop()  # whatever ended the loop, running batches wind down
+                self._join_batches()
+            if self._crashed is not None:
+                raise self._crashed
 
     def stop(self) -> None:
-        """Stop claiming; the running handler may finish within ``grace_s``, and the
+        """Stop claiming; running handlers may finish within ``grace_s``, and the
         claims not handled yet are released so that other workers take them at once.
         Safe from any thread and from a signal handler."""
         if self._stopped_at is None:
             self._stopped_at = time.monotonic()
         self._stopping.set()
         self._wake.set()
+
+    # --- batches in flight --------------------------------------------------------
+
+    def _free_slot(self) -> bool:
+        """Wait for a free slot (``concurrency``); False once stopping."""
+        while not self._stopping.is_set():
+            if self._slots.acquire(blocking=False):
+                return True
+            # A batch ending (or stop, or new work) sets _wake; acquire is tried
+            # again after the clear, so no slot freed meanwhile is missed.
+            self._wake.wait()
+            self._wake.clear()
+        return False
+
+    def _start_batch(self, session_id: str, events: list[StoredEvent]) -> None:
+        """Serve a claimed batch, holding the slot taken for it: inline when one
+        handler runs at a time, else in a thread of its own."""
+        if self.settings.concurrency == 1:
+            try:
+                self._serve(session_id, events)
+            finally:
+                self._slots.release()
+            return
+
+        def serve() -> None:
+            try:
+                self._serve(session_id, events)
+            except BaseException as error:  # handed to run(), which raises it
+                if self._crashed is None:
+                    self._crashed = error
+                self.stop()
+            finally:
+                with self._lock:
+                    self._batches.discard(threading.current_thread())
+                self._slots.release()
+                self._wake.set()
+
+        thread = threading.Thread(target=serve, name=f"a2sql-batch-{session_id}", daemon=True)
+        with self._lock:
+            self._batches.add(thread)
+        thread.start()
+
+    def _join_batches(self) -> None:
+        """Wait for running batches: until each ends, or ``grace_s`` (and a renewal to
+        release what they hold) after stop; a handler still running then is left to
+        finish in its thread, its result dropped."""
+        deadline = (self._stopped_at or time.monotonic()) + self.settings.grace_s
+        deadline += self.settings.renew_every_s + 1.0
+        while True:
+            with self._lock:
+                running = list(self._batches)
+            if not running:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.warning("%d handler(s) still running after grace_s: left behind", len(running))
+                return
+            running[0].join(left)
 
     # --- one batch of claimed events ---------------------------------------------
 
@@ -233,28 +342,78 @@ class Worker:
                 if self._stopping.is_set():
                     break
                 started = time.monotonic()
-                outcome = "superseded" if attempt.lost else self._handle(attempt)
+                try:
+                    outcome = "superseded" if attempt.lost else self._handle(attempt)
+                except _GiveUp:
+                    break  # the store does not answer: its leases run out
                 with self._lock:
                     self._held.pop((session_id, attempt.event.index), None)
-                self.outcomes[outcome] += 1
+                with self._lock:
+                    self.outcomes[outcome] += 1
                 log_outcome(
-                    session_id, attempt.event, attempt.number, outcome, time.monotonic() - started
+                    attempt.event,
+                    attempt.number,
+                    outcome,
+                    time.monotonic() - started,
+                    attempt._error,
                 )
         finally:
-            self._release([a for a in attempts if (session_id, a.event.index) in self._held])
+            with self._lock:
+                left = [a for a in attempts if (session_id, a.event.index) in self._held]
+            self._release(left)
 
-    def _handle(self, attempt: Attempt) -> Outcome:
+    def _handle(self, attempt: Attempt) -> Ending:
         if self.transactional:
-            return self._handle_in_transaction(attempt)
+            try:
+                return self._timed(attempt, lambda: self._commit(attempt, self._in_transaction))
+            except HandlerTimeout as error:
+                return self._fail(attempt, error)
         try:
-            events = returned_events(self.handler(attempt), attempt.event, attempt.number)
+            returned = self._timed(attempt, lambda: self.handler(attempt))
+            outcome = returned_outcome(returned, attempt.event, attempt.number)
         except Exception as error:
             return self._fail(attempt, error)
         if attempt.lost:
             return "superseded"
-        return self._complete(attempt, events)
+        if outcome.write is None:
+            return self._complete(attempt, list(outcome.events))
+        return self._commit(attempt, lambda _attempt, connection: _written(outcome, connection))
 
-    def _complete(self, attempt: Attempt, events: list[NewEvent]) -> Outcome:
+    def _timed(self, attempt: Attempt, call: Callable[[], T]) -> T:
+        """``call()``, or past ``timeout_s`` a ``HandlerTimeout`` with the attempt marked
+        lost (its late result dropped, its renewals stopped by the failure)."""
+        timeout_s = self.settings.timeout_s
+        if timeout_s is None:
+            return call()
+        box: list[T] = []
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                box.append(call())
+            except BaseException as error:
+                failed.append(error)
+
+        runner = threading.Thread(target=run, name="a2sql-handler", daemon=True)
+        runner.start()
+        runner.join(timeout_s)
+        if runner.is_alive():
+            attempt._lost.set()
+            raise timeout_error(timeout_s)
+        if failed:
+            raise failed[0]
+        return box[0]
+
+    def _in_transaction(self, attempt: Attempt, connection: Connection) -> list[NewEvent]:
+        """Transactional mode: the handler runs in the completion's transaction."""
+        attempt.connection = connection
+        try:
+            outcome = returned_outcome(self.handler(attempt), attempt.event, attempt.number)
+            return _written(outcome, connection)
+        finally:
+            attempt.connection = None
+
+    def _complete(self, attempt: Attempt, events: list[NewEvent]) -> Ending:
         event = attempt.event
         pacing = Pacing()
         while True:
@@ -263,6 +422,8 @@ class Worker:
                     event.session_id, index=event.index, attempt=attempt.number, events=events
                 )
             except A2Error as error:
+                if vanished(error, event):
+                    return "vanished"
                 if is_transient(error):
                     # The same ids again: a completion that did commit replays.
                     self._pause(pacing.next(), error)
@@ -270,16 +431,20 @@ class Worker:
                 return self._fail(attempt, error)  # what the handler returned was refused
             return result.outcome
 
-    def _handle_in_transaction(self, attempt: Attempt) -> Outcome:
+    def _commit(
+        self, attempt: Attempt, body: Callable[[Attempt, Connection], list[NewEvent]]
+    ) -> Ending:
+        """One transaction: ``body`` (the app's writes; in transactional mode the handler
+        too) and the completion with the events it gives, committed together. An error
+        of ``body`` fails the attempt; an outage is retried, once the event read back
+        says that the transaction did not commit."""
         event = attempt.event
         pacing = Pacing()
         while True:
             try:
                 with self.store.begin() as connection:
-                    attempt.connection = connection
                     try:
-                        returned = self.handler(attempt)
-                        events = returned_events(returned, event, attempt.number)
+                        events = body(attempt, connection)
                     except Exception as error:
                         raise _HandlerFailed(error) from error
                     if attempt.lost:
@@ -297,18 +462,18 @@ class Worker:
             except Exception as error:
                 if not is_transient(error):
                     if isinstance(error, A2Error):
+                        if vanished(error, event):
+                            return "vanished"
                         return self._fail(attempt, error)
                     raise
-                # Did the commit happen? Only the database knows; the handler
+                # Did the commit happen? Only the database knows; the writes
                 # must not run again if it did.
                 found = self._committed(attempt)
                 if found is not None:
                     return found
                 self._pause(pacing.next(), error)
-            finally:
-                attempt.connection = None
 
-    def _committed(self, attempt: Attempt) -> Outcome | None:
+    def _committed(self, attempt: Attempt) -> Ending | None:
         """After an unknown outcome: ``completed`` or ``superseded`` if settled, else None."""
         event = attempt.event
         pacing = Pacing()
@@ -341,11 +506,12 @@ class Worker:
             return own_lost_claims(events, self.holder, self.store.clock.now(), held)
         return []
 
-    def _fail(self, attempt: Attempt, error: Exception) -> Outcome:
+    def _fail(self, attempt: Attempt, error: Exception) -> Ending:
         event = attempt.event
         s = self.settings
         delay = retry_delay_ms(self.backoff, event, s.max_failures)
         text = failure_text(error)
+        attempt._error = error_line(error)
         pacing = Pacing()
         while True:
             try:
@@ -364,8 +530,6 @@ class Worker:
                     raise
                 self._pause(pacing.next(), failure)
                 continue
-            if result.outcome == "dead_lettered":
-                log_dead_letter(event, result.failure_count, text)
             return result.outcome
 
     # --- claims held ----------------------------------------------------------------
@@ -425,8 +589,16 @@ class Worker:
     # --- lifetime -------------------------------------------------------------------
 
     def _pause(self, seconds: float, error: BaseException) -> None:
+        """Wait before trying the store again; once stopped, wait out the pause all the
+        same (the stop flag no longer cuts it short), and give up past ``grace_s``."""
         log.warning("the store did not answer (%s); trying again in %.2f s", error, seconds)
-        self._stopping.wait(seconds)
+        if not self._stopping.is_set():
+            self._stopping.wait(seconds)
+            return
+        left = stopping_too_long(self._stopped_at, self.settings.grace_s)
+        if left is None:
+            raise _GiveUp
+        time.sleep(min(seconds, left))
 
     @contextmanager
     def _serving(self) -> Iterator[None]:
@@ -476,3 +648,15 @@ class Worker:
         finally:
             for number, handler in previous.items():
                 signal.signal(number, handler)
+
+
+def _written(outcome: Outcome, connection: Connection) -> list[NewEvent]:
+    """Run ``outcome.write`` (if any) on the completion's connection; its events."""
+    if outcome.write is not None:
+        result = outcome.write(connection)  # type: ignore[arg-type]
+        if inspect.isawaitable(result):
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()  # never awaited: say so here, not as a warning at exit
+            raise TypeError("a Worker's Outcome.write is a plain function; use an AsyncWorker")
+    return list(outcome.events)
