@@ -25,11 +25,11 @@ def _not_nan(_ctx: click.Context, param: click.Parameter, value: float) -> float
 @listen_option
 @click.option("--prefix", default="", help="Serve only sessions whose id starts with this.")
 @click.option(
-    "--concurrency",
+    "--processes",
     default=1,
     show_default=True,
-    type=int,
-    help="Worker processes (1: this one).",
+    type=click.IntRange(1),
+    help="Worker processes: 1 runs the worker in this one, more run supervised children.",
 )
 @click.option(
     "--ttl-ms",
@@ -64,6 +64,11 @@ def worker(**options: Any) -> None:
     HANDLER is a function (or coroutine function) imported from the working
     directory, e.g. app:handle. SIGTERM or Ctrl-C lets running handlers
     finish, then releases the claims left; a second one stops at once.
+
+    With --processes N, a child that dies is restarted (after 1 s, doubling
+    to 30 s); one that dies within 10 s of its start 3 times in a row stops
+    the others and the pool exits 1. If the parent dies, even by SIGKILL,
+    each child stops claiming and exits within 3 s.
     """
     from a2sql.worker.command import run
 

@@ -570,6 +570,8 @@ class AsyncWorker:
 
         installed = []
         for each in signals:
+            if signal.getsignal(each) == signal.SIG_IGN:  # ignored on purpose (nohup, a pool)
+                continue
             try:
                 loop.add_signal_handler(each, on_signal)
             except (NotImplementedError, RuntimeError):  # not on this loop or platform

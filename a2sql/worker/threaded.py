@@ -642,6 +642,8 @@ class Worker:
             self.stop()
 
         for each in (signal.SIGTERM, signal.SIGINT):
+            if signal.getsignal(each) == signal.SIG_IGN:  # ignored on purpose (nohup, a pool)
+                continue
             previous[each] = signal.signal(each, on_signal)
         try:
             yield

@@ -1,0 +1,121 @@
+"""One worker in this process, as ``a2sql worker`` runs it: the handler imported, a
+store opened, a ``Worker`` (or an ``AsyncWorker`` for a coroutine handler) run until
+idle or stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import logging
+import sys
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any, TypeAlias
+
+from a2sql.cli.common import listen_argument
+from a2sql.errors import A2Error, ErrorCode
+from a2sql.urls import shown_url
+
+log = logging.getLogger("a2sql.worker")
+
+#: Stops the running worker as ``Worker.stop`` does; callable from any thread.
+StopWorker: TypeAlias = Callable[[], None]
+
+
+def load_handler(spec: str) -> Any:
+    """``package.module:function`` (or ``module:object.attribute``), imported."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise A2Error(
+            ErrorCode.INVALID_ARGUMENT,
+            f"handler {spec!r}: expected MODULE:HANDLER, e.g. app:handle",
+        )
+    if "" not in sys.path:  # as `python -m` would: the working directory's modules
+        sys.path.insert(0, "")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as error:
+        raise A2Error(
+            ErrorCode.INVALID_ARGUMENT, f"handler {spec!r}: cannot import {module_name!r}: {error}"
+        ) from error
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise A2Error(
+                ErrorCode.INVALID_ARGUMENT,
+                f"handler {spec!r}: {module_name!r} has no {attribute!r}",
+            )
+        target = getattr(target, part)
+    if not callable(target):
+        raise A2Error(ErrorCode.INVALID_ARGUMENT, f"handler {spec!r} is not callable")
+    return target
+
+
+def configure_logging() -> None:
+    """The command's log lines on stderr: time, process id, logger, level, message."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def serve(options: dict[str, Any], on_start: Callable[[StopWorker], None] | None = None) -> int:
+    """Run the worker the command's options describe; 0 once it returns.
+
+    ``on_start``, if given, is called with a ``StopWorker`` for the worker once it
+    exists, before it claims anything."""
+    handler = load_handler(options["handler"])
+    settings = {
+        "prefix": options["prefix"],
+        "ttl_ms": options["ttl_ms"],
+        "max_failures": options["max_failures"],
+        "batch": options["batch"],
+        "transactional": options["transactional"],
+        "poll_interval": options["poll_interval"],
+    }
+    if inspect.iscoroutinefunction(handler):
+        return asyncio.run(_serve_async(options, handler, settings, on_start))
+    from a2sql.create import create_store
+    from a2sql.worker.threaded import Worker
+
+    with create_store(options["url"], listen=listen_argument(options["listen"])) as store:
+        worker = Worker(store, handler, **settings)
+        if on_start is not None:
+            on_start(worker.stop)
+        log.info("worker %s serving %s", worker.holder, _shown(store))
+        worker.run(until_idle=options["until_idle"])
+    return 0
+
+
+async def _serve_async(
+    options: dict[str, Any],
+    handler: Any,
+    settings: dict[str, Any],
+    on_start: Callable[[StopWorker], None] | None,
+) -> int:
+    from a2sql.create import create_async_store
+    from a2sql.worker.aio import AsyncWorker
+
+    store = create_async_store(options["url"], listen=listen_argument(options["listen"]))
+    try:
+        await store.ensure_schema()
+        worker = AsyncWorker(store, handler, **settings)
+        if on_start is not None:
+            loop = asyncio.get_running_loop()
+
+            def stop() -> None:
+                # AsyncWorker.stop belongs on its loop; once the loop is closed
+                # there is nothing left to stop.
+                with suppress(RuntimeError):
+                    loop.call_soon_threadsafe(worker.stop)
+
+            on_start(stop)
+        log.info("worker %s serving %s", worker.holder, _shown(store))
+        await worker.run(until_idle=options["until_idle"])
+    finally:
+        await store.close()
+    return 0
+
+
+def _shown(store: Any) -> str:
+    return shown_url(store.engine.url)
