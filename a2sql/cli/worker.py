@@ -9,12 +9,12 @@ import click
 
 from a2sql.cli.common import listen_option, url_option
 from a2sql.validate import MAX_TTL_MS
-from a2sql.worker.policy import MAX_SECONDS
+from a2sql.worker.policy import MAX_CONCURRENCY, MAX_SECONDS
 
 
-def _not_nan(_ctx: click.Context, param: click.Parameter, value: float) -> float:
+def _not_nan(_ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     # FloatRange lets nan through: every comparison with it is false.
-    if math.isnan(value):
+    if value is not None and math.isnan(value):
         raise click.BadParameter(f"nan is not in the range 0<x<={MAX_SECONDS}.", param=param)
     return value
 
@@ -30,6 +30,21 @@ def _not_nan(_ctx: click.Context, param: click.Parameter, value: float) -> float
     show_default=True,
     type=click.IntRange(1),
     help="Worker processes: 1 runs the worker in this one, more run supervised children.",
+)
+@click.option(
+    "--concurrency",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, MAX_CONCURRENCY),
+    help="Handlers running at once in each process (threads, or tasks for a coroutine handler).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    default=None,
+    type=click.FloatRange(0, MAX_SECONDS, min_open=True),
+    callback=_not_nan,
+    help="Fail an attempt whose handler runs longer than this many seconds (default: no limit).",
 )
 @click.option(
     "--ttl-ms",

@@ -72,6 +72,8 @@ def serve(options: dict[str, Any], on_start: Callable[[StopWorker], None] | None
         "batch": options["batch"],
         "transactional": options["transactional"],
         "poll_interval": options["poll_interval"],
+        "concurrency": options["concurrency"],
+        "timeout_s": options["timeout_s"],
     }
     if inspect.iscoroutinefunction(handler):
         return asyncio.run(_serve_async(options, handler, settings, on_start))

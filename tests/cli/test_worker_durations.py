@@ -19,6 +19,12 @@ from tests.cli.conftest import Cli
         ("--poll-interval", "1e9"),
         ("--ttl-ms", "-1"),
         ("--ttl-ms", "0"),
+        ("--timeout", "0"),
+        ("--timeout", "-1"),
+        ("--timeout", "nan"),
+        ("--timeout", "inf"),
+        ("--concurrency", "0"),
+        ("--concurrency", "1025"),
     ],
 )
 def test_the_command_refuses_a_duration_out_of_range(cli: Cli, option: str, value: str) -> None:

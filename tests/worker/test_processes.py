@@ -275,6 +275,41 @@ def test_a_terminated_worker_finishes_its_handler_and_releases_the_rest(
     assert [e.processed_by_attempt for e in store.read("s")] == [1, 2, 2]
 
 
+def test_concurrency_runs_handlers_at_once_and_timeout_fails_a_hung_one(
+    store: Store, app_dir: Path, url: str
+) -> None:
+    """`--concurrency 5 --timeout 3`: four 1 s handlers of four sessions run at once in
+    one process (each was claimed before any finished), and the hung fifth is failed
+    after 3 s and, with `--max-failures 1`, dead-lettered; the process then exits."""
+    for n in range(4):
+        store.append(f"p{n}", [NewEvent("slow", 1.0)])
+    store.append("hung", [NewEvent("slow", 600)])
+    process = a2sql_worker(
+        app_dir,
+        url,
+        "slow",
+        "--concurrency",
+        "5",
+        "--timeout",
+        "3",
+        "--max-failures",
+        "1",
+        "--until-idle",
+        "--poll-interval",
+        "0.1",
+    )
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err[-3000:]
+    quick = [store.read(f"p{n}")[0] for n in range(4)]
+    assert all(e.processed_by_attempt == 1 for e in quick)
+    last_claimed = max(e.last_claimed_at for e in quick if e.last_claimed_at is not None)
+    assert all(e.processed_at is not None and last_claimed < e.processed_at for e in quick)
+    [hung] = store.read("hung")
+    assert hung.failed_at is not None and hung.processed_at is None
+    assert "HandlerTimeout" in (hung.last_error or "")
+    assert "outcome=dead_lettered" in err and "error=HandlerTimeout" in err
+
+
 def test_a_worker_command_with_a_missing_handler_says_so_in_one_line(
     app_dir: Path, url: str
 ) -> None:

@@ -542,13 +542,13 @@ def test_default_holder_names_host_process_and_a_suffix(store: Store) -> None:
 
 def test_returned_events_get_ids_derived_from_the_attempt(store: Store) -> None:
     """Ids are the same for a retry of one attempt and differ for the next attempt."""
-    from a2sql.worker.policy import returned_events
+    from a2sql.worker.policy import returned_outcome
 
     store.append("s", [NewEvent("t", id="e")])
     [event] = store.read("s")
-    first = returned_events([NewEvent("a"), NewEvent("b", id="mine")], event, 1)
-    again = returned_events([NewEvent("a"), NewEvent("b", id="mine")], event, 1)
-    other = returned_events([NewEvent("a")], event, 2)
+    first = returned_outcome([NewEvent("a"), NewEvent("b", id="mine")], event, 1).events
+    again = returned_outcome([NewEvent("a"), NewEvent("b", id="mine")], event, 1).events
+    other = returned_outcome([NewEvent("a")], event, 2).events
     assert [e.id for e in first] == [e.id for e in again]
     assert first[1].id == "mine" and first[0].id != other[0].id
 
