@@ -296,6 +296,7 @@ class Run:
     wall_events_per_s: float  # events over wall_s (the command's start to its exit)
     taken_over: int  # events completed by a later attempt than their first
     outcomes: dict[str, int] = field(default_factory=dict)  # from the workers' log lines
+    warnings: int = 0  # WARNING lines in the workers' log (renewals failed, retries, ...)
     killed_pid: int | None = None
     held_at_kill: int = 0  # claims the killed child held, each completed by a later attempt
 
@@ -361,6 +362,7 @@ def run_once(
         wall_events_per_s=round(len(keys) / wall_s, 1),
         taken_over=found["taken_over"],
         outcomes=dict(outcomes),
+        warnings=output.count(" WARNING "),
         killed_pid=None if killed is None else killed[0],
         held_at_kill=0 if killed is None else len(killed[1]),
     )
@@ -594,7 +596,7 @@ def _print(result: dict[str, Any]) -> None:
         each = " ".join(f"{run['events_per_s']:.1f}" for run in figures["rounds"])
         print(
             f"{mode:<14} {figures['events_per_s']:>9.1f} "
-            f"{figures['wall_events_per_s']:>10.1f}   {each}"
+            f"{figures['wall_events_per_s']:>10.1f}   {each}{_unusual(figures['rounds'])}"
         )
     for name, ratio in result["ratios"].items():
         print(
@@ -606,7 +608,7 @@ def _print(result: dict[str, Any]) -> None:
             f"killed a child mid-run ({run['mode']}, --ttl-ms {KILL_TTL_MS}): "
             f"{run['events_per_s']:.1f} events/s, wall {run['wall_s']:.1f} s, "
             f"{run['held_at_kill']} claim(s) held at the kill, {run['taken_over']} event(s) "
-            "completed by a later attempt; exactly once: checked"
+            f"completed by a later attempt; exactly once: checked{_unusual([run])}"
         )
     if "concurrency" in result:
         c = result["concurrency"]
@@ -617,6 +619,17 @@ def _print(result: dict[str, Any]) -> None:
             f"{c['sleep_s'] * 1000:g} ms: {c['span_s']:.2f} s first claim to last "
             f"(rounds {spans}), wall {c['wall_s']:.2f} s (rounds {walls})"
         )
+
+
+def _unusual(runs: list[dict[str, Any]]) -> str:
+    """What the workers logged besides completions, over ``runs``: outcomes, warnings."""
+    seen: Counter[str] = Counter()
+    for run in runs:
+        seen.update({k: v for k, v in run["outcomes"].items() if k != "completed"})
+        seen["warnings"] += run["warnings"]
+        seen["taken over"] += run["taken_over"]
+    shown = ", ".join(f"{name} {n}" for name, n in seen.items() if n)
+    return f"  ({shown})" if shown else ""
 
 
 def main() -> None:
