@@ -415,21 +415,21 @@ def handled_by(store: Store, pid: int) -> bool:
 def test_the_children_of_a_killed_pool_stop_within_5_seconds(
     store: Store, app_dir: Path, url: str
 ) -> None:
-    """SIGKILL to the parent of `--processes 2` while each child runs a long handler:
+    """SIGKILL to the parent of `--processes 3` while each child runs a long handler:
     no process it started is left 5 s later (each child notices and exits; the
     handler's claim is left to its lease)."""
-    for name in ("a", "b"):
+    for name in ("a", "b", "c"):
         store.append(name, [NewEvent("slow", 60)])
     log = app_dir / "pool.log"
-    process = a2sql_worker(app_dir, url, "slow", "--processes", "2", log=log)
-    workers = set(wait_for_children(log, 2).values())
-    wait_for(lambda: all(store.read(n)[0].claim_holder is not None for n in ("a", "b")), 60)
+    process = a2sql_worker(app_dir, url, "slow", "--processes", "3", log=log)
+    workers = set(wait_for_children(log, 3).values())
+    wait_for(lambda: all(store.read(n)[0].claim_holder is not None for n in ("a", "b", "c")), 60)
     started = children_of(process.pid)
     assert workers <= set(started)
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=30)
     wait_for(lambda: not any(alive(pid) for pid in started), 5)
-    assert log.read_text().count(f"parent process {process.pid} is gone") == 2
+    assert log.read_text().count(f"parent process {process.pid} is gone") == 3
 
 
 def test_a_pool_whose_child_keeps_crashing_at_start_stops_and_exits_1(
