@@ -18,11 +18,14 @@ demo: $(STAMP)
 	$(VENV)/bin/a2sql demo
 
 # The PgBouncer the tests go through is started for this run and stopped when pytest
-# exits, whatever its exit code (tools/with-test-pgbouncer.sh).
+# exits, whatever its exit code (tools/with-test-pgbouncer.sh). The tests run in
+# TEST_PROCESSES processes (pytest-xdist; 0: in pytest's own), most of their time
+# waiting on databases, processes and sleeps rather than on a core.
+TEST_PROCESSES ?= 2
 test: $(STAMP)
 	pg="$$(tools/test-postgres.sh)"; \
 	A2SQL_TEST_POSTGRES_URL="$$pg" tools/with-test-pgbouncer.sh "$$pg" \
-		$(VENV)/bin/pytest $(PYTEST_ARGS)
+		$(VENV)/bin/pytest -n $(TEST_PROCESSES) $(PYTEST_ARGS)
 
 docs: $(STAMP)
 	$(VENV)/bin/pip install --quiet -e '.[docs]'

@@ -4,7 +4,7 @@ PostgreSQL comes from ``A2SQL_TEST_POSTGRES_URL``; else from testcontainers
 when a Docker engine answers; else its tests skip, saying why. With
 ``CI=true`` a PostgreSQL test that cannot run fails instead of skipping.
 Each PostgreSQL test gets a schema of its own, dropped afterwards (while the next
-test runs).
+test runs); under pytest-xdist each test process has a database of its own.
 """
 
 from __future__ import annotations
@@ -51,12 +51,34 @@ def _docker_answers() -> bool:
         return False
 
 
+def _own_database(server: URL) -> URL:
+    """``server`` itself, or under pytest-xdist a database of this test process's own
+    beside it (made if missing): advisory locks and NOTIFY channels are per database,
+    so tests running at once in two processes must not share one, even in schemas of
+    their own."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return server
+    name = f"{server.database}_{worker}"
+    admin = create_engine(server, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            found = connection.execute(
+                text("select 1 from pg_database where datname = :name"), {"name": name}
+            ).first()
+            if found is None:
+                connection.execute(text(f'create database "{name}"'))
+    finally:
+        admin.dispose()
+    return server.set(database=name)
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[URL | str]:
     """The URL of a PostgreSQL server for tests, or the reason there is none (a str)."""
     env_url = os.environ.get("A2SQL_TEST_POSTGRES_URL")
     if env_url:
-        yield resolve_url(env_url)
+        yield _own_database(resolve_url(env_url))
         return
     if not _docker_answers():
         yield (
