@@ -1,5 +1,5 @@
 """``python -m bench --engine sqlite|postgres --workload NAME [--ops N] [--rounds R] [--json]
-[--traced]``.
+[--traced] [--rtt MS]``.
 
 Workloads: append, cycle, batch, contention, scale, memory, peers, dispatch, claim_next,
 or all.
@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import platform
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from bench.workloads import Params
@@ -167,6 +168,12 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"== {result['workload']} on {result['engine']}: {params} ({result['seconds']} s)")
     for note in result.get("notes", []):
         print(f"  note: {note}")
+    if "rtt_ms" in result:
+        trip = result["select_1_ms"]
+        print(
+            f"  note: rtt {result['rtt_ms']} ms added by the delay proxy to every round trip;"
+            f" select 1 (median ms): {trip['direct']} direct, {trip['proxied']} through it"
+        )
     comparisons = [c for c in result["cases"] if "a2sql" in c and "baseline" in c]
     if comparisons:
         print(HEADER)
@@ -226,7 +233,19 @@ def main(argv: list[str] | None = None) -> int:
         help="a2sql's side through Store (sync) or AsyncStore (async): in-process "
         "workloads and contention; memory, peers and dispatch run their own",
     )
+    parser.add_argument(
+        "--rtt",
+        type=float,
+        metavar="MS",
+        help="PostgreSQL: every connection of the workloads goes through a proxy adding MS "
+        "milliseconds to each round trip (bench/delay_proxy.py); 0: through the proxy, "
+        "nothing added",
+    )
     args = parser.parse_args(argv)
+    if args.rtt is not None and args.engine != "postgres":
+        parser.error("--rtt needs --engine postgres (it delays a TCP connection to a server)")
+    if args.rtt is not None and args.rtt < 0:
+        parser.error("--rtt must be 0 or more")
     if args.api == "async":
         from bench import impl
 
@@ -246,6 +265,42 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(args.engine)
     if not args.json:
         print("environment: " + json.dumps(env))
+    with contextlib.ExitStack() as stack:
+        rtt = None
+        if args.rtt is not None:
+            rtt = stack.enter_context(_delayed(args.rtt))
+        return _run_all(args, parser, params, names, env, rtt)
+
+
+@contextlib.contextmanager
+def _delayed(rtt_ms: float) -> Iterator[dict[str, Any]]:
+    """The workloads' connections through the delay proxy; what a round trip takes."""
+    from bench import databases
+    from bench.delay_proxy import delayed
+
+    direct = databases.direct_postgres_url()
+    with delayed(direct, rtt_ms) as proxied:
+        databases.route_through(proxied)
+        try:
+            yield {
+                "rtt_ms": rtt_ms,
+                "select_1_ms": {
+                    "direct": databases.select_one_ms(direct),
+                    "proxied": databases.select_one_ms(proxied),
+                },
+            }
+        finally:
+            databases.route_through(None)
+
+
+def _run_all(
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    params: Params,
+    names: tuple[str, ...],
+    env: dict[str, Any],
+    rtt: dict[str, Any] | None,
+) -> int:
     failed = False
     for name in names:
         if args.api == "async" and name in OWN_API:
@@ -264,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             result["api"] = args.api
             if probe_before is not None:
                 result["commit_ms"] = {"before": probe_before, "after": _commit_probe(args.engine)}
+            if rtt is not None:
+                result.update(rtt)
         except Exception as error:  # report and go on with the next workload
             failed = True
             result = {
@@ -271,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
                 "engine": args.engine,
                 "error": f"{type(error).__name__}: {error}",
             }
+            if rtt is not None:
+                result.update(rtt)
             if not args.json:
                 print(f"== {name} on {args.engine}: FAILED: {result['error']}\n")
                 continue

@@ -3,7 +3,10 @@
 SQLite: a fresh file (WAL) in a temporary folder per workload. PostgreSQL:
 ``A2SQL_BENCH_POSTGRES_URL`` or ``postgresql://postgres@127.0.0.1/a2sql_bench``,
 created if missing; a2sql's tables are truncated before each workload.
-The schema is always the one a2sql's migrations create.
+The schema is always the one a2sql's migrations create. With ``--rtt``,
+the workloads' connections go through ``bench/delay_proxy.py``
+(:func:`route_through`); setting up a database (create, migrate, truncate)
+goes direct.
 """
 
 from __future__ import annotations
@@ -51,8 +54,24 @@ class Target:
     folder: Path | None = None  # the SQLite temp folder, removed by the caller
 
 
-def postgres_url() -> str:
+# The URL the workloads connect to when it is not the server's own: the delay proxy's.
+_ROUTED: str | None = None
+
+
+def direct_postgres_url() -> str:
+    """The PostgreSQL server's own URL, for setting a database up."""
     return os.environ.get("A2SQL_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+
+
+def postgres_url() -> str:
+    """The URL the workloads connect to: the server's, or the delay proxy's (``--rtt``)."""
+    return _ROUTED or direct_postgres_url()
+
+
+def route_through(url: str | None) -> None:
+    """Workloads connect to ``url`` (the delay proxy's) from now on; None: to the server."""
+    global _ROUTED
+    _ROUTED = url
 
 
 def prepare(engine: str) -> Target:
@@ -62,9 +81,13 @@ def prepare(engine: str) -> Target:
         path = folder / "bench.db"
         target = Target("sqlite", f"sqlite:///{path}", str(path), folder)
     else:
+        direct = direct_postgres_url()
+        ensure_postgres_database(direct)
+        with a2sql.create_store(direct, migrate=True):
+            pass
+        truncate(Target("postgres", direct, direct))
         url = postgres_url()
-        ensure_postgres_database(url)
-        target = Target("postgres", url, url)
+        return Target("postgres", url, url)
     with a2sql.create_store(target.a2sql_url, migrate=True):
         pass
     truncate(target)
@@ -127,6 +150,23 @@ def commit_latency_ms(target_url: str, samples: int = 30) -> float:
                 conn.execute("insert into bench_commit_probe values (%s)", (n,))
             times.append(time.perf_counter() - t0)
         conn.execute("truncate bench_commit_probe")
+    return round(statistics.median(times) * 1000, 3)
+
+
+def select_one_ms(url: str, samples: int = 50) -> float:
+    """Median time of ``select 1`` on one connection: a round trip to the server."""
+    import statistics
+    import time
+
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("select 1")
+        times = []
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            conn.execute("select 1").fetchone()
+            times.append(time.perf_counter() - t0)
     return round(statistics.median(times) * 1000, 3)
 
 
