@@ -1,5 +1,5 @@
 """``python -m bench --engine sqlite|postgres --workload NAME [--ops N] [--rounds R] [--json]
-[--traced] [--rtt MS]``.
+[--traced] [--rtt MS] [--skew MS]``.
 
 Workloads: append, cycle, batch, contention, scale, memory, peers, dispatch, claim_next,
 or all.
@@ -192,7 +192,8 @@ def print_table(result: dict[str, Any]) -> None:
             f"  commit latency (1-row write txn, median ms): {probe['before']} before,"
             f" {probe['after']} after"
         )
-    for key in ("sizes", "large_over_small", "scaling", "peers", "ratios", "checks"):
+    keys = ("sizes", "large_over_small", "scaling", "backwards", "peers", "ratios", "checks")
+    for key in keys:
         if key in result:
             value = result[key]
             rows = value if isinstance(value, list) else [value]
@@ -241,7 +242,16 @@ def main(argv: list[str] | None = None) -> int:
         "milliseconds to each round trip (bench/delay_proxy.py); 0: through the proxy, "
         "nothing added",
     )
+    parser.add_argument(
+        "--skew",
+        type=float,
+        metavar="MS",
+        help="contention: each process's a2sql store gets a clock of its own, 0 or -MS ms "
+        "from the system's by turns (bench/skew.py); the baseline keeps the system clock",
+    )
     args = parser.parse_args(argv)
+    if args.skew is not None and args.skew < 0:
+        parser.error("--skew must be 0 or more")
     if args.rtt is not None and args.engine != "postgres":
         parser.error("--rtt needs --engine postgres (it delays a TCP connection to a server)")
     if args.rtt is not None and args.rtt < 0:
@@ -260,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         impl.TRACED = True
     logging.basicConfig(level=logging.WARNING)
 
-    params = Params(engine=args.engine, ops=args.ops, rounds=args.rounds, large=args.large)
+    params = Params(
+        engine=args.engine, ops=args.ops, rounds=args.rounds, large=args.large, skew_ms=args.skew
+    )
     names = WORKLOADS if args.workload == "all" else (args.workload,)
     env = environment(args.engine)
     if not args.json:

@@ -8,6 +8,11 @@ process's cycles over the wall time of the round (first start to last end,
 all processes released by one barrier); scaling is ops/s over the 1-process
 figure. After the runs the table is checked: every session gap-free, every
 appended event completed exactly once by attempt 1, one child per event.
+
+With ``--skew MS`` each process's a2sql store gets a clock of its own, spread
+by bench/skew.py's rule (process i: 0 if even, -MS if odd); the baseline takes
+no clock and keeps the system's. Every case reports, per side, the adjacent
+event pairs of its sessions whose ``created_at`` goes backwards.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from bench import databases
 from bench import impl as impl_module
 from bench.impl import Impl, open_impls
 from bench.measure import Stopwatch, count_statements, percentile
+from bench.skew import clock_for, count_backwards
 from bench.workloads import CHILD_TYPE, Params, check, cycle_op, default, payload
 
 CONFIGS = (("distinct", 1), ("distinct", 4), ("distinct", 8), ("shared", 4))
@@ -79,10 +85,11 @@ def _work(
     rounds: int,
     barrier: Any,
     results: Any,
+    skew_ms: float | None = None,
 ) -> None:
     """One process: warm up on a private session, then the rounds on the measured one."""
     try:
-        impls = open_impls(engine, a2sql_url, dsn)
+        impls = open_impls(engine, a2sql_url, dsn, clock=clock_for(worker, skew_ms))
         measured: dict[str, Callable[[int], None]] = {}
         counted: dict[str, tuple[int, int]] = {}
         for impl in impls:
@@ -115,7 +122,13 @@ def _work(
 
 
 def _run_config(
-    engine: str, target: databases.Target, mode: str, procs: int, ops: int, rounds: int
+    engine: str,
+    target: databases.Target,
+    mode: str,
+    procs: int,
+    ops: int,
+    rounds: int,
+    skew_ms: float | None = None,
 ) -> dict[str, Any]:
     ctx = mp.get_context("fork")  # the parent holds no connection or thread here
     barrier = ctx.Barrier(procs)
@@ -134,6 +147,7 @@ def _run_config(
                 rounds,
                 barrier,
                 results,
+                skew_ms,
             ),
         )
         for w in range(procs)
@@ -219,6 +233,25 @@ def verify(target: databases.Target, ops: int, rounds: int) -> list[dict[str, An
     return [{"sessions_checked": seen, "problems": problems}]
 
 
+def backwards(target: databases.Target) -> list[dict[str, Any]]:
+    """Per case and side: adjacent event pairs of the measured sessions whose
+    ``created_at`` goes backwards (warm-up sessions left out)."""
+    rows = []
+    with databases.connect(target) as conn:
+        for mode, procs in CONFIGS:
+            label = _label(mode, procs)
+            rows.append(
+                {
+                    "case": label,
+                    **{
+                        name: count_backwards(conn, f"{name}/ct-{label}-%")
+                        for name in ("a2sql", "baseline")
+                    },
+                }
+            )
+    return rows
+
+
 def contention(p: Params) -> dict[str, Any]:
     """1, 4 and 8 processes on distinct sessions, 4 on one shared session."""
     ops = default(p.ops, sqlite=300, postgres=60, engine=p.engine)
@@ -226,8 +259,11 @@ def contention(p: Params) -> dict[str, Any]:
     watch = Stopwatch()
     target = databases.prepare(p.engine)
     try:
-        cases = [_run_config(p.engine, target, mode, n, ops, rounds) for mode, n in CONFIGS]
+        cases = [
+            _run_config(p.engine, target, mode, n, ops, rounds, p.skew_ms) for mode, n in CONFIGS
+        ]
         checks = verify(target, ops, rounds)
+        went_backwards = backwards(target)
     finally:
         if target.folder is not None:
             import shutil
@@ -247,14 +283,22 @@ def contention(p: Params) -> dict[str, Any]:
     notes = [f"ops = cycles per process per round; {mp.cpu_count()} CPUs"]
     if p.engine == "sqlite":
         notes.append("SQLite has one writer per file: processes queue on its lock")
+    if p.skew_ms:
+        notes.append(
+            f"skew {p.skew_ms} ms: a2sql's store in process i has the system clock"
+            f" (i even) or -{p.skew_ms} ms (i odd); the baseline keeps the system clock"
+        )
+    notes.append("backwards: adjacent event pairs whose created_at goes backwards")
     return {
         "workload": "contention",
         "engine": p.engine,
         "ops": ops,
         "rounds": rounds,
+        "skew_ms": p.skew_ms,
         "seconds": watch.seconds(),
         "notes": notes,
         "cases": cases,
         "scaling": scaling,
+        "backwards": went_backwards,
         "checks": checks,
     }

@@ -133,11 +133,12 @@ class Awaiting:
         return call
 
 
-def open_store(url: str) -> Any:
-    """A store of the API under test (``API``), on an existing schema."""
+def open_store(url: str, clock: Any = None) -> Any:
+    """A store of the API under test (``API``), on an existing schema; ``clock``: the
+    store's clock (None: the system clock)."""
     if API == "async":
-        return Awaiting(a2sql.create_async_store(url, migrate=False))
-    return a2sql.create_store(url, migrate=False)
+        return Awaiting(a2sql.create_async_store(url, migrate=False, clock=clock))
+    return a2sql.create_store(url, migrate=False, clock=clock)
 
 
 def sync_engine(store: Any) -> Any:
@@ -151,8 +152,8 @@ class A2sqlImpl:
 
     name = "a2sql"
 
-    def __init__(self, url: str) -> None:
-        self._timed = open_store(url)
+    def __init__(self, url: str, clock: Any = None) -> None:
+        self._timed = open_store(url, clock)
         if TRACED:
             _instrument(sync_engine(self._timed))
         if UNPREPARED and sync_engine(self._timed).dialect.name == "postgresql":
@@ -171,7 +172,9 @@ class A2sqlImpl:
             from bench.round_trips import Counter
 
             self._counter = Counter()
-            self._counted = a2sql.create_store(self._counter.engine(url), migrate=False)
+            self._counted = a2sql.create_store(
+                self._counter.engine(url), migrate=False, clock=clock
+            )
         elif url.startswith("postgresql"):
             # An AsyncStore takes no cursor class: its statements are counted from
             # the trace of every connection it opens, on its asyncio engine (calls
@@ -180,14 +183,14 @@ class A2sqlImpl:
             from bench.round_trips import Counter
 
             self._counter = Counter()
-            async_store = a2sql.create_async_store(url, migrate=False)
+            async_store = a2sql.create_async_store(url, migrate=False, clock=clock)
             self._counter.trace(async_store.engine.sync_engine)
             sync_path = async_store._sync_path
             assert sync_path is not None
             self._counter.trace(sync_path.engine)
             self._counted = Awaiting(async_store)
         else:
-            self._counted = open_store(url)
+            self._counted = open_store(url, clock)
             engine = sync_engine(self._counted)
             hooks = ["before_cursor_execute", "commit", "rollback"]
             if engine.dialect.name == "postgresql":
@@ -270,10 +273,13 @@ def open_baseline(engine: str, driver_dsn: str) -> Impl:
     return SqliteBaseline(driver_dsn)
 
 
-def open_impls(engine: str, a2sql_url: str, driver_dsn: str, *, floor: bool = False) -> list[Impl]:
+def open_impls(
+    engine: str, a2sql_url: str, driver_dsn: str, *, floor: bool = False, clock: Any = None
+) -> list[Impl]:
     """a2sql and the bare-driver baseline of ``engine``, on the same database; with
-    ``floor`` (PostgreSQL), the one-round-trip-per-transaction floor third."""
-    impls = [A2sqlImpl(a2sql_url), open_baseline(engine, driver_dsn)]
+    ``floor`` (PostgreSQL), the one-round-trip-per-transaction floor third. ``clock``:
+    a2sql's (the baseline takes none: its times are the server's or the system's)."""
+    impls = [A2sqlImpl(a2sql_url, clock), open_baseline(engine, driver_dsn)]
     if floor:
         from bench.floor_postgres import PostgresFloor
 

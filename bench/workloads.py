@@ -35,6 +35,7 @@ class Params:
     ops: int | None = None
     rounds: int | None = None
     large: int = 1_000_000
+    skew_ms: float | None = None  # contention: a2sql's clocks apart (bench/skew.py)
 
 
 def payload(i: int) -> dict[str, Any]:
