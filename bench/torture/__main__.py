@@ -75,6 +75,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         default="sync",
         help="workers: each process drives a Store, or an AsyncStore from an event loop",
     )
+    parser.add_argument(
+        "--skew",
+        type=float,
+        metavar="MS",
+        help="workers: worker n's store clock is the system's (n even) or MS ms behind "
+        "(n odd), as on hosts whose clocks are apart (bench/skew.py)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the PostgreSQL schema")
     parser.add_argument("--json", action="store_true", help="print the report as JSON too")
     return parser.parse_args(argv)
@@ -85,6 +92,8 @@ def run(args: argparse.Namespace) -> Report:
     workers = args.workers or (4 if args.engine == "sqlite" else 8)
     if args.engine != "postgres" and (args.pg_restart or args.terminate_every):
         raise SystemExit("--pg-restart and --terminate-every need --engine postgres")
+    if args.skew is not None and (args.skew < 0 or args.scenario != "workers"):
+        raise SystemExit("--skew takes 0 or more ms, for the workers scenario")
     if args.pg_restart and args.url:
         raise SystemExit("--pg-restart restarts a private server of the run's own: no --url")
     with contextlib.ExitStack() as stack:
@@ -117,6 +126,7 @@ def run(args: argparse.Namespace) -> Report:
                 drain_timeout=args.drain_timeout,
                 log_dir=args.log_dir,
                 api=args.api,
+                skew_ms=args.skew,
             )
         )
 

@@ -198,9 +198,13 @@ def retrying(
             pause = min(pause * 2, 1.0)
 
 
-def open_store(url: str, log: JsonLog, *, migrate: bool | None = False) -> a2sql.Store:
+def open_store(
+    url: str, log: JsonLog, *, migrate: bool | None = False, clock: Any = None
+) -> a2sql.Store:
     """``create_store`` with retries: a process may start while the server restarts."""
-    return retrying(lambda: a2sql.create_store(url, migrate=migrate), log=log, op="open")
+    return retrying(
+        lambda: a2sql.create_store(url, migrate=migrate, clock=clock), log=log, op="open"
+    )
 
 
 # --- reports -----------------------------------------------------------------------

@@ -14,6 +14,7 @@ from sqlalchemy import make_url
 
 import a2sql
 from a2sql import JSON, NewEvent, Store
+from bench.skew import offset_ms
 from bench.torture.checks import RunFacts, WorkerRunCheck, all_sessions
 from bench.torture.common import (
     GaveUp,
@@ -60,6 +61,10 @@ class WorkersConfig:
     drain_timeout: float = 60.0
     log_dir: str | None = None
     api: str = "sync"  # "async": the workers' calls go through AsyncStore
+    # Worker n's store clock: the system's (n even) or skew_ms behind (n odd), by
+    # bench/skew.py's rule; n counts spawns, respawns included. The feeder keeps
+    # the system clock.
+    skew_ms: float | None = None
 
 
 class Feeder:
@@ -169,6 +174,7 @@ def run_workers(config: WorkersConfig) -> Report:
                 log_path=str(Path(log_dir) / f"{name}.jsonl"),
                 stop_path=stop_path,
                 api=config.api,
+                clock_offset_ms=offset_ms(int(name.lstrip("w")), config.skew_ms),
             ),
         )
 

@@ -17,7 +17,7 @@ import random
 import time
 import traceback
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.util import greenlet_spawn
@@ -25,6 +25,7 @@ from sqlalchemy.util import greenlet_spawn
 import a2sql
 from a2sql import A2Error, ClaimRef, ErrorCode, EventCause, NewEvent, Store, StoredEvent
 from bench.impl import Awaiting
+from bench.skew import SkewedClock
 from bench.torture.common import JsonLog, ms, now_ms, open_store, retrying, unit
 
 # Shares of attempts (besides doomed events, whose every attempt fails).
@@ -49,6 +50,8 @@ class WorkerSettings:
     log_path: str
     stop_path: str
     api: str = "sync"  # "async": an AsyncStore, each call awaited on an event loop
+    # The store's clock: the system's shifted by this (bench/skew.py; 0: the system's).
+    clock_offset_ms: float = 0.0
 
 
 def child_id(parent_id: str, attempt: int) -> str:
@@ -102,10 +105,14 @@ class Worker:
         self.s = settings
         self.log = JsonLog(settings.log_path, settings.holder)
         self.rng = random.Random(f"{settings.seed}/{settings.holder}")
+        # The worker's own clock, its store's: what it stamps and judges leases by
+        # in the store's terms. Its checks of a lease's end against the time an
+        # answer came use the machine's clock (now_ms), which is never behind it.
+        self.clock = SkewedClock(settings.clock_offset_ms)
         self.store: Store = (
-            Awaiting(a2sql.create_async_store(settings.url, migrate=False))
+            Awaiting(a2sql.create_async_store(settings.url, migrate=False, clock=self.clock))
             if settings.api == "async"
-            else open_store(settings.url, self.log)
+            else open_store(settings.url, self.log, clock=self.clock)
         )
         # The end of each held lease this worker knows for sure, by (session, index).
         self.lease_until: dict[tuple[str, int], int] = {}
@@ -241,10 +248,11 @@ class Worker:
 
     def renew(self, session_id: str, index: int, attempt: int, *, explicit: bool) -> str:
         """Renew one lease; returns renewed, superseded, none or unknown."""
-        started = now_ms()
+        # The store's clock, as the store reads it: a lower bound of its now at the renewal.
+        started = ms(self.clock.now()) or 0
         expires_at = None
         if explicit:
-            expires_at = datetime.now(UTC) + timedelta(milliseconds=self.s.ttl_ms)
+            expires_at = self.clock.now() + timedelta(milliseconds=self.s.ttl_ms)
         try:
             result = self.store.renew_claims(
                 session_id,
