@@ -200,6 +200,7 @@ def run_workers(config: WorkersConfig) -> Report:
         max_failures=config.max_failures,
         max_gen=config.max_gen,
         exact_counts=not _faults_injected(config),
+        clock_skew_ms=config.skew_ms or 0.0,
     )
     try:
         retrying(lambda: WorkerRunCheck(store, facts, records, report).run(), log=log, op="check")

@@ -109,3 +109,26 @@ def test_lane_events_are_completed_in_index_order_and_never_claimed_together(
     )
     assert_clean(report)
     assert report.figures["processed"] >= 30, report.figures
+
+
+def test_workers_whose_clocks_are_5_ms_apart_break_no_invariant(
+    torture_target: Target, seed: int, tmp_path: Path
+) -> None:
+    """Every other worker's store runs 5 ms behind (`--skew 5`), on two sessions so that
+    they take turns on the same lanes: exactly-once, attempts, leases and lane order
+    all hold. Lane order is judged from times two clocks stamped, so only to within
+    the skew: the database, not the clocks, orders a claim after its lane's head."""
+    report = run_workers(
+        WorkersConfig(
+            target=torture_target,
+            workers=_workers(torture_target),
+            duration=6,
+            seed=seed,
+            sessions=2,
+            drain_timeout=30,
+            log_dir=str(tmp_path / "logs"),
+            skew_ms=5,
+        )
+    )
+    assert_clean(report)
+    assert report.figures["processed"] >= 50, report.figures
