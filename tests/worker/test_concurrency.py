@@ -19,18 +19,13 @@ from sqlalchemy import event
 import a2sql
 from a2sql import A2Error, AsyncStore, ErrorCode, NewEvent, Store
 from a2sql.worker import AsyncAttempt, AsyncWorker, Attempt, Backoff, Worker
+from tests.worker.quick import quick
 
 
 @pytest.fixture
 def store(url: str) -> Iterator[Store]:
     with a2sql.create_store(url, migrate=True) as opened:
         yield opened
-
-
-def quick(store: Store, handler: Any, **settings: Any) -> Worker:
-    settings.setdefault("poll_interval", 0.05)
-    settings.setdefault("backoff", Backoff.none())
-    return Worker(store, handler, **settings)
 
 
 class Running:

@@ -20,7 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 import a2sql
 from a2sql import A2Error, AsyncStore, ErrorCode, NewEvent, Store
 from a2sql.testing import FakeClock
-from a2sql.worker import AsyncAttempt, AsyncWorker, Attempt, Backoff, Outcome, Worker
+from a2sql.worker import AsyncAttempt, AsyncWorker, Attempt, Backoff, Outcome
+from tests.worker.quick import quick
 
 app = MetaData()
 usage = Table(
@@ -38,12 +39,6 @@ def store(url: str) -> Iterator[Store]:
     with a2sql.create_store(url, migrate=True) as opened:
         app.create_all(opened.engine)
         yield opened
-
-
-def quick(store: Store, handler: Any, **settings: Any) -> Worker:
-    settings.setdefault("poll_interval", 0.05)
-    settings.setdefault("backoff", Backoff.none())
-    return Worker(store, handler, **settings)
 
 
 def rows(store: Store) -> list[tuple[str, int, int]]:

@@ -21,6 +21,7 @@ import a2sql
 from a2sql import A2Error, ErrorCode, EventCause, NewEvent, Store
 from a2sql.testing import FakeClock
 from a2sql.worker import Attempt, Backoff, Worker
+from tests.worker.quick import quick
 
 app = MetaData()
 handled = Table(
@@ -37,12 +38,6 @@ def store(url: str) -> Iterator[Store]:
     with a2sql.create_store(url, migrate=True) as opened:
         app.create_all(opened.engine)
         yield opened
-
-
-def quick(store: Store, handler: Any, **settings: Any) -> Worker:
-    settings.setdefault("poll_interval", 0.05)
-    settings.setdefault("backoff", Backoff.none())
-    return Worker(store, handler, **settings)
 
 
 def test_a_chain_settles_with_the_right_causes(store: Store) -> None:
