@@ -45,12 +45,11 @@ from dataclasses import dataclass
 from multiprocessing.synchronize import Event as EventType
 from typing import Any
 
-from sqlalchemy import create_engine, text
-
 import a2sql
 from a2sql import NewEvent, StoredEvent
 from a2sql.config import resolve_url
 from a2sql.dialects import dialect_named
+from bench.databases import ensure_postgres_database
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1/a2sql_bench"
 # Time for a stream to read the empty session and its listener to LISTEN.
@@ -62,17 +61,7 @@ STALL_S = 30.0
 def ensure_database(url: str) -> str:
     """Create the database of ``url`` if the server has none of that name; return the URL."""
     target = resolve_url(url)
-    name = target.database
-    admin = create_engine(target.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            exists = connection.execute(
-                text("select 1 from pg_database where datname = :name"), {"name": name}
-            ).first()
-            if exists is None:
-                connection.execute(text(f'create database "{name}"'))
-    finally:
-        admin.dispose()
+    ensure_postgres_database(target.set(drivername="postgresql").render_as_string(False))
     return target.render_as_string(hide_password=False)
 
 

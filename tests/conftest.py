@@ -25,6 +25,7 @@ import a2sql
 import a2sql.migrate
 from a2sql.config import resolve_url
 from a2sql.testing import FakeClock
+from bench.databases import ensure_postgres_database
 from tests.async_adapter import BlockingAsyncStore
 
 ENGINES = ("sqlite_file", "sqlite_memory", "postgres")
@@ -59,18 +60,9 @@ def _own_database(server: URL) -> URL:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker:
         return server
-    name = f"{server.database}_{worker}"
-    admin = create_engine(server, poolclass=NullPool, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            found = connection.execute(
-                text("select 1 from pg_database where datname = :name"), {"name": name}
-            ).first()
-            if found is None:
-                connection.execute(text(f'create database "{name}"'))
-    finally:
-        admin.dispose()
-    return server.set(database=name)
+    own = server.set(database=f"{server.database}_{worker}")
+    ensure_postgres_database(own.set(drivername="postgresql").render_as_string(False))
+    return own
 
 
 @pytest.fixture(scope="session")
