@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from a2sql import calls
 from a2sql import migrate as migrations
-from a2sql.begin import POSTGRES_ISOLATION, begin_own
+from a2sql.backends import backend_of
+from a2sql.backends.sqlite_file import DatabaseFile
 from a2sql.calls import Call, Context, Done, run_in_savepoint, run_own_transaction
 from a2sql.clock import Clock
 from a2sql.direct import observed
@@ -52,7 +53,6 @@ from a2sql.records import (
     StoredEvent,
     StoreTotals,
 )
-from a2sql.sqlite_file import DatabaseFile
 from a2sql.stream import AsyncEventStream
 from a2sql.wakeups import StoreWakeups
 
@@ -60,9 +60,10 @@ T = TypeVar("T")
 
 
 async def _own(connection: AsyncConnection) -> None:
-    """As ``a2sql.begin.own_connection``: a2sql's own transactions at READ COMMITTED."""
-    if connection.dialect.name == "postgresql":
-        await connection.execution_options(isolation_level=POSTGRES_ISOLATION)
+    """As ``Backend.own_connection``: set to run a2sql's own transactions."""
+    level = backend_of(connection).own_isolation_level
+    if level is not None:
+        await connection.execution_options(isolation_level=level)
 
 
 class AsyncOperations:
@@ -271,7 +272,7 @@ class AsyncStore(AsyncOperations):
         self._sync_path = sync_path
         self._on_loop = (
             OnLoop(engine, sync_path.engine.dialect)
-            if sync_path is not None and sync_path.engine.dialect.name == "postgresql"
+            if sync_path is not None and context.backend.capabilities.one_statement_writes
             else None
         )
         self._file = database_file
@@ -387,7 +388,7 @@ class AsyncStore(AsyncOperations):
         return await decided(job, running, partial(self._abandoned, running))
 
     async def _abandoned(self, running: asyncio.Future[Any]) -> None:
-        if self._engine.dialect.name == "postgresql":
+        if self._ctx.backend.capabilities.cancellable_statements:
             # The running statement (a lock wait, say) is cancelled, and the
             # caller's CancelledError comes once rolled back.
             running.cancel()
@@ -440,7 +441,9 @@ class AsyncStore(AsyncOperations):
             async with connection.begin():
                 try:
                     await connection.run_sync(
-                        begin_own, read_only=False, busy_timeout_ms=self._ctx.lock_timeout_ms
+                        self._ctx.backend.begin_own,
+                        read_only=False,
+                        busy_timeout_ms=self._ctx.lock_timeout_ms,
                     )
                 except DRIVER_FAILURES as error:
                     raise from_driver_error(error) from error

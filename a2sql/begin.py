@@ -36,10 +36,6 @@ DEFAULT_LOCK_TIMEOUT_MS = 30_000
 # once the busy timeout has passed: a file another process holds under
 # ``locking_mode = EXCLUSIVE`` makes every attempt wait out the whole timeout.
 WAL_SWITCH_PAUSE_S = 0.005
-# The level of a2sql's own PostgreSQL transactions, whatever the database's
-# default: each statement sees what the session lock's previous holder
-# committed (at a higher level the snapshot predates the lock).
-POSTGRES_ISOLATION = "READ COMMITTED"
 
 # Key in the driver connection's ``info``: its pragmas are set.
 _PREPARED = "a2sql_sqlite_prepared"
@@ -114,25 +110,10 @@ def _prepare_connection(connection: Connection, busy_timeout_ms: int) -> None:
     )
 
 
-def own_connection(connection: Connection) -> Connection:
-    """``connection``, set to run a2sql's own transactions: at READ COMMITTED on PostgreSQL.
-
-    Before ``connection.begin()``. SQLAlchemy puts the connection's level back
-    when it returns to the pool, so an application's engine keeps its own.
-    """
-    if connection.dialect.name == "postgresql":
-        connection.execution_options(isolation_level=POSTGRES_ISOLATION)
-    return connection
-
-
 def begin_own(connection: Connection, *, read_only: bool, busy_timeout_ms: int) -> None:
-    """Open the driver's transaction of a transaction a2sql runs itself.
-
-    Called inside ``connection.begin()``, before the first statement. Nothing
-    to do off SQLite: psycopg opens a transaction before the first statement.
-    """
-    if connection.dialect.name != "sqlite":
-        return
+    """Open the driver's transaction of a transaction a2sql runs itself on SQLite
+    (a2sql.backends.sqlite): called inside ``connection.begin()``, before the first
+    statement."""
     if not read_only and in_driver_transaction(connection):
         # The engine's own ``begin`` listener opened one (SQLAlchemy's pysqlite
         # recipe), deferred most likely. It has run nothing yet: ending it and

@@ -14,7 +14,8 @@ from __future__ import annotations
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from a2sql.begin import in_driver_transaction
+from a2sql.backends import backend_of
+from a2sql.backends.base import Backend
 from a2sql.errors import A2Error, ErrorCode, invalid
 
 # PostgreSQL's in_failed_sql_transaction: an earlier statement of the transaction
@@ -26,9 +27,9 @@ _UNDEFINED = ("42P01", "42703")
 _SQLITE_UNDEFINED = ("no such table:", "no such column:", "has no column named")
 
 
-def check_connection(connection: Connection, dialect_name: str) -> None:
+def check_connection(connection: Connection, backend: Backend) -> None:
     """Refuse ``connection`` unless a2sql's statements can run in the caller's transaction
-    on it (``dialect_name``: the store's database)."""
+    on it (``backend``: the store's database's)."""
     if connection.closed:
         raise invalid("connection", "is closed; pass one with a transaction begun on it")
     if connection.invalidated:
@@ -43,46 +44,14 @@ def check_connection(connection: Connection, dialect_name: str) -> None:
             "must have a transaction the caller began (engine.begin(), connection.begin() "
             "or store.begin()); a2sql neither begins nor commits it",
         )
-    if connection.dialect.name != dialect_name:
+    if backend_of(connection, argument="connection") is not backend:
         raise invalid(
             "connection",
-            f"is a {connection.dialect.name} connection; the store's database is {dialect_name}",
+            f"is a {connection.dialect.name} connection; the store's database is {backend.name}",
         )
-    unheld = _unheld(connection)
+    unheld = backend.unheld(connection)
     if unheld:
         raise invalid("connection", unheld)
-
-
-# What a2sql's writes on a connection whose driver commits each statement would not do.
-_UNHELD = "so a2sql's writes would not commit or roll back with yours"
-_NOT_AUTOCOMMIT = 'without isolation_level="AUTOCOMMIT" (store.begin())'
-
-
-def _unheld(connection: Connection) -> str:
-    """Why nothing would hold a2sql's statements in a transaction on ``connection`` (the
-    driver commits each statement on its own); ``""`` when something would.
-
-    pysqlite's autocommit setting is also SQLAlchemy's recipe for a transaction
-    its ``begin`` event opens itself: there a transaction is open at the driver,
-    unless an error of the caller's rolled it back (``INSERT OR ROLLBACK``).
-    """
-    dbapi_connection = connection.connection.dbapi_connection
-    if dbapi_connection is None:
-        return ""
-    try:
-        autocommit = connection.dialect.detect_autocommit_setting(dbapi_connection)
-    except NotImplementedError:
-        return ""
-    if not autocommit:
-        return ""
-    if connection.dialect.name != "sqlite":
-        return f"is in AUTOCOMMIT mode, {_UNHELD}: begin the transaction {_NOT_AUTOCOMMIT}"
-    if in_driver_transaction(connection):
-        return ""
-    return (
-        "has no transaction open in the SQLite driver (AUTOCOMMIT mode, or an error rolled "
-        f"it back), {_UNHELD}: roll back, and begin the transaction again {_NOT_AUTOCOMMIT}"
-    )
 
 
 def refusal(error: DBAPIError) -> A2Error | None:

@@ -22,11 +22,10 @@ from sqlalchemy import Connection, Executable
 from sqlalchemy.exc import DBAPIError
 
 from a2sql import execute, validate
-from a2sql.begin import begin_own, hold_write_lock
+from a2sql.backends.base import Backend
 from a2sql.callers import check_connection, refusal
 from a2sql.clock import Clock, SystemClock
 from a2sql.codec import truncate_ms
-from a2sql.dialects import Dialect
 from a2sql.direct import DirectTransaction, Params
 from a2sql.errors import invalid, is_event_id_collision
 from a2sql.execute import AnyRow, Transaction
@@ -78,7 +77,7 @@ T = TypeVar("T")
 class Context:
     """What every call needs besides its arguments."""
 
-    dialect: Dialect
+    backend: Backend
     clock: Clock
     ids: Callable[[], str]
     limits: validate.Limits
@@ -143,7 +142,7 @@ def run_in_transaction(connection: Transaction, ctx: Context, call: Call[T]) -> 
 
 def _lock(connection: Transaction, ctx: Context, call: Call[Any]) -> None:
     if call.lock_session is not None:
-        ctx.dialect.lock_session(
+        ctx.backend.lock_session(
             connection,
             call.lock_session,
             announce=call.added_events is not None,
@@ -216,14 +215,14 @@ def lock_statements(
 
     ``commits``: the transaction is sent whole with its COMMIT, and a call that adds
     events wakes streams with the second statement, sent with it to run after the
-    commit (a2sql.dialects), whether or not the call wrote: a stream woken for
+    commit (a2sql.backends.postgresql), whether or not the call wrote: a stream woken for
     nothing reads nothing new. Otherwise the lock statement itself notifies, and
     the second is ``None``."""
     session = call.lock_session
     assert session is not None
     adds = call.added_events is not None
-    then = ctx.dialect.announcement(session) if adds and commits else None
-    lock = ctx.dialect.own_try_lock if tried else ctx.dialect.own_lock
+    then = ctx.backend.announcement(session) if adds and commits else None
+    lock = ctx.backend.own_try_lock if tried else ctx.backend.own_lock
     return (
         lock(session, announce=adds and not commits, lock_timeout_ms=ctx.lock_timeout_ms),
         then,
@@ -295,7 +294,7 @@ def collisions(built: Sequence[Fused[Any]]) -> Iterator[None]:
 
 def run_own_transaction(connection: Connection, ctx: Context, call: Call[T]) -> T:
     """``run_in_transaction`` in a transaction a2sql began itself with ``connection.begin()``."""
-    begin_own(connection, read_only=call.read_only, busy_timeout_ms=ctx.lock_timeout_ms)
+    ctx.backend.begin_own(connection, read_only=call.read_only, busy_timeout_ms=ctx.lock_timeout_ms)
     with unprepared_behind_pooler(connection):
         return run_in_transaction(connection, ctx, call)
 
@@ -306,22 +305,22 @@ def run_in_savepoint(connection: Connection, ctx: Context, call: Call[T]) -> T:
     The caller's transaction is neither committed nor rolled back; an error
     rolls back to the savepoint, so the caller's transaction stays usable.
     """
-    check_connection(connection, ctx.dialect.name)
+    check_connection(connection, ctx.backend)
     try:
-        if ctx.dialect.name == "sqlite" and not call.read_only:
-            hold_write_lock(connection, busy_timeout_ms=ctx.lock_timeout_ms)
+        if not call.read_only:
+            ctx.backend.hold_write_lock(connection, busy_timeout_ms=ctx.lock_timeout_ms)
         with unprepared_behind_pooler(connection), connection.begin_nested():
             if call.lock_session is not None:
                 # The caller's own lock timeout applies; the lock statement
                 # checks the transaction's isolation level.
-                ctx.dialect.lock_session(
+                ctx.backend.lock_session(
                     connection,
                     call.lock_session,
                     announce=call.added_events is not None,
                     lock_timeout_ms=None,
                 )
             elif not call.read_only:
-                ctx.dialect.check_isolation(connection)
+                ctx.backend.check_isolation(connection)
             return _run_locked(connection, call)
     except DBAPIError as error:
         refused = refusal(error)
@@ -396,7 +395,11 @@ def append(ctx: Context, session_id: object, events: object) -> Call[AppendResul
     if not batch:
         return Call(lambda c: append_ops.has_pending(c, sid), read_only=True)
     fused = None
-    if ctx.dialect.fuses and fused_ops.fuses(batch) and all(e.cause is None for e in batch):
+    if (
+        ctx.backend.capabilities.one_statement_writes
+        and fused_ops.fuses(batch)
+        and all(e.cause is None for e in batch)
+    ):
         fused = lambda: fused_ops.append(sid, batch, now=ctx.now(), new_id=ctx.ids)  # noqa: E731
     return Call(
         lambda c: append_ops.append(c, sid, batch, now=ctx.now(), new_id=ctx.ids),
@@ -456,7 +459,11 @@ def claim_available(
             limit=most,
         )
 
-    return Call(run, lock_session=sid, fused=fused if ctx.dialect.fuses else None)
+    return Call(
+        run,
+        lock_session=sid,
+        fused=fused if ctx.backend.capabilities.one_statement_writes else None,
+    )
 
 
 def _claim_limit(limit: object) -> int | None:
@@ -486,7 +493,7 @@ def claim_next(
 
     def run(tx: Transaction) -> Dispatch:
         return dispatch_ops.claim_next(
-            tx, ctx.dialect, holder=who, clock=ctx.now, lease=expiry, limit=most, prefix=under
+            tx, ctx.backend, holder=who, clock=ctx.now, lease=expiry, limit=most, prefix=under
         )
 
     # Which session it locks is decided inside: claim_next locks it itself.
@@ -558,7 +565,7 @@ def complete_attempt(
     sid = validate.name(session_id, "session_id")
     at, att, batch = _valid_completion(ctx, index, attempt, events, "")
     fused = None
-    if ctx.dialect.fuses and fused_ops.fuses(batch):
+    if ctx.backend.capabilities.one_statement_writes and fused_ops.fuses(batch):
         fused = lambda: fused_ops.complete(  # noqa: E731
             sid, index=at, attempt=att, batch=batch, now=ctx.now(), new_id=ctx.ids
         )
@@ -656,7 +663,11 @@ def fail_attempt(
             retry_at=validate.expiry(now, delay, "retry_after_ms") if delay else None,
         )
 
-    return Call(run, lock_session=sid, fused=fused if ctx.dialect.fuses else None)
+    return Call(
+        run,
+        lock_session=sid,
+        fused=fused if ctx.backend.capabilities.one_statement_writes else None,
+    )
 
 
 def read_state(session_id: object, reducer_name: object) -> Call[StateRead]:
@@ -673,7 +684,7 @@ def put_snapshot(
     at = validate.integer(index, "index", minimum=1)
     state_json = validate.json_value(state, "state", ctx.limits)
     return Call(
-        lambda c: state_ops.put_snapshot(c, ctx.dialect, sid, reducer, at, state_json, ctx.now()),
+        lambda c: state_ops.put_snapshot(c, ctx.backend, sid, reducer, at, state_json, ctx.now()),
         lock_session=sid,
     )
 
@@ -727,7 +738,7 @@ def presence_set(
         written_at = now if given_at is None else given_at
         presence_ops.set_fields(
             tx,
-            ctx.dialect,
+            ctx.backend,
             space,
             who,
             encoded,
@@ -751,7 +762,7 @@ def list_sessions(ctx: Context, prefix: object, cursor: object, limit: object) -
     count = validate.limit(limit)
     return Call(
         lambda c: inspect_ops.list_sessions(
-            c, ctx.dialect, prefix=under, cursor=after, limit=count, now=ctx.now()
+            c, ctx.backend, prefix=under, cursor=after, limit=count, now=ctx.now()
         ),
         read_only=True,
     )
@@ -759,7 +770,7 @@ def list_sessions(ctx: Context, prefix: object, cursor: object, limit: object) -
 
 def session_summary(ctx: Context, session_id: object) -> Call[SessionSummary | None]:
     sid = validate.name(session_id, "session_id")
-    return Call(lambda c: inspect_ops.session(c, ctx.dialect, sid, now=ctx.now()), read_only=True)
+    return Call(lambda c: inspect_ops.session(c, ctx.backend, sid, now=ctx.now()), read_only=True)
 
 
 def totals(ctx: Context) -> Call[StoreTotals]:
@@ -806,7 +817,7 @@ def skip_event(ctx: Context, session_id: object, index: object, reason: object) 
 
 def delete_session(ctx: Context, session_id: object) -> Call[DeleteResult]:
     sid = validate.name(session_id, "session_id")
-    return Call(lambda c: retention_ops.delete_session(c, ctx.dialect, sid), lock_session=sid)
+    return Call(lambda c: retention_ops.delete_session(c, ctx.backend, sid), lock_session=sid)
 
 
 def _cut(settled_before: object) -> datetime:
@@ -817,7 +828,7 @@ def prunable(ctx: Context, settled_before: object, prefix: object) -> Call[Prune
     cut = _cut(settled_before)
     under = _prefix(prefix)
     return Call(
-        lambda c: retention_ops.prunable_totals(c, ctx.dialect, settled_before=cut, prefix=under),
+        lambda c: retention_ops.prunable_totals(c, ctx.backend, settled_before=cut, prefix=under),
         read_only=True,
     )
 
@@ -836,14 +847,14 @@ def prune(ctx: Context, settled_before: object, prefix: object, limit: object) -
 
     def session(sid: str) -> Call[DeleteResult | None]:
         return Call(
-            lambda c: retention_ops.prune_session(c, ctx.dialect, sid, settled_before=cut),
+            lambda c: retention_ops.prune_session(c, ctx.backend, sid, settled_before=cut),
             lock_session=sid,
         )
 
     return PruneCalls(
         Call(
             lambda c: retention_ops.prunable(
-                c, ctx.dialect, settled_before=cut, prefix=under, limit=count
+                c, ctx.backend, settled_before=cut, prefix=under, limit=count
             ),
             read_only=True,
         ),
@@ -877,7 +888,7 @@ def stream_start(
     sid = validate.name(session_id, "session_id")
     start = validate.integer(start_after, "start_after", minimum=0)
     if poll_interval is None:
-        return sid, start, ctx.dialect.stream_poll_interval
+        return sid, start, ctx.backend.stream_poll_interval
     return sid, start, validate.seconds(poll_interval, "poll_interval")
 
 

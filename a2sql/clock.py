@@ -7,7 +7,7 @@ import time
 from datetime import datetime
 from typing import Protocol
 
-from a2sql.types import from_millis
+from a2sql.backends.column_types import from_millis
 
 
 class Clock(Protocol):

@@ -10,27 +10,22 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from a2sql import migrate as migrations
 from a2sql import validate
 from a2sql.aio import AsyncStore
+from a2sql.backends import backend_of
+from a2sql.backends.base import Backend
+from a2sql.backends.sqlite_file import DatabaseFile, make_ready
 from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS
 from a2sql.calls import Context
 from a2sql.clock import Clock, SystemClock, uuid7_id
-from a2sql.config import (
-    async_url,
-    build_async_engine,
-    build_engine,
-    is_sqlite_memory,
-    resolve_url,
-)
-from a2sql.dialects import dialect_named
+from a2sql.config import build_async_engine, build_engine, resolve_url
 from a2sql.errors import DRIVER_FAILURES, A2Error, from_driver_error, invalid
 from a2sql.handoff import SyncPath
-from a2sql.sqlite_file import DatabaseFile, file_of, make_ready
 from a2sql.store import Store
 from a2sql.urls import shown_url
 from a2sql.validate import DEFAULT_MAX_JSON_CHARS, Limits
 
 
 def _context(
-    backend: str,
+    backend: Backend,
     clock: Clock | None,
     ids: Callable[[], str] | None,
     max_json_chars: object,
@@ -43,7 +38,7 @@ def _context(
     ):
         raise invalid("max_json_chars", "must be a positive int")
     context = Context(
-        dialect=dialect_named(backend),
+        backend=backend,
         clock=SystemClock() if clock is None else _usable_clock(clock),
         ids=uuid7_id if ids is None else _usable_ids(ids),
         limits=Limits(max_json_chars=max_json_chars),
@@ -85,31 +80,30 @@ def _lock_timeout(value: object) -> int:
 
 def _opening_failed(url: URL, error: BaseException) -> A2Error:
     """The first connection failed: a SQLite file that cannot be opened is the URL's fault."""
-    if url.get_backend_name() == "sqlite" and "unable to open database file" in str(error):
-        return invalid("url", f"cannot open the SQLite database {url.database}: check the path")
-    return from_driver_error(error)
+    return backend_of(url).unopenable(url, error) or from_driver_error(error)
 
 
 def _database_file(url: URL, *, create: bool) -> DatabaseFile | None:
     """The SQLite file the store opens, made first if it may be (``create``), and refused
     if it is missing and may not; ``None`` off SQLite files."""
-    path = file_of(url)
+    path = backend_of(url).database_file(url)
     if path is None:
         return None
     make_ready(path, create=create)
     return DatabaseFile(path)
 
 
-def _upgrade_allowed(migrate: object, backend: str) -> bool:
+def _upgrade_allowed(migrate: object, backend: Backend) -> bool:
     if migrate is not None and not isinstance(migrate, bool):
         raise invalid("migrate", "must be True, False or None")
-    return backend == "sqlite" if migrate is None else migrate
+    return backend.upgrades_on_open if migrate is None else migrate
 
 
 def _listen_url(listen: object, url: URL) -> URL | None:
     """Where the store's PostgreSQL listener connects: ``None`` for nowhere."""
+    listens = backend_of(url).capabilities.listen_notify
     if listen is True:
-        return url if url.get_backend_name() == "postgresql" else None
+        return url if listens else None
     if listen is False:
         return None
     if not isinstance(listen, (str, URL)):
@@ -118,13 +112,13 @@ def _listen_url(listen: object, url: URL) -> URL | None:
         resolved = resolve_url(listen)
     except A2Error as error:  # it names the url argument: this is listen
         raise invalid("listen", error.message.removeprefix("url: ")) from None
-    if url.get_backend_name() != "postgresql":
+    if not listens:
         raise invalid(
             "listen",
             f"a URL to LISTEN through is for a PostgreSQL store; this store's database "
             f"is {shown_url(url)}",
         )
-    if resolved.get_backend_name() != "postgresql":
+    if backend_of(resolved) is not backend_of(url):
         raise invalid(
             "listen",
             "a URL to LISTEN through is for a PostgreSQL store, and names the same "
@@ -167,7 +161,7 @@ def create_store(
     Commits through stores of the same process wake them either way.
     """
     resolved = resolve_url(url.url if isinstance(url, Engine) else url)
-    backend = resolved.get_backend_name()
+    backend = backend_of(resolved)
     context = _context(backend, clock, ids, max_json_chars, lock_timeout_ms)
     listen_url = _listen_url(listen, resolved)
     upgrade = _upgrade_allowed(migrate, backend)
@@ -193,7 +187,7 @@ def create_store(
         engine,
         context,
         owns_engine=owns_engine,
-        serialize=is_sqlite_memory(engine.url),
+        serialize=backend.is_memory(engine.url),
         database_file=database_file,
         listen_url=listen_url,
     )
@@ -216,7 +210,7 @@ def create_async_store(
     ``async with create_async_store(...) as store`` to have it checked at once.
     """
     resolved = resolve_url(url.url if isinstance(url, AsyncEngine) else url)
-    backend = resolved.get_backend_name()
+    backend = backend_of(resolved)
     context = _context(backend, clock, ids, max_json_chars, lock_timeout_ms)
     listen_url = _listen_url(listen, resolved)
     upgrade = _upgrade_allowed(migrate, backend)
@@ -226,14 +220,14 @@ def create_async_store(
         engine, owns_engine = url, False
     else:
         engine, owns_engine = build_async_engine(resolved), True
-        if not is_sqlite_memory(resolved):
+        if not backend.is_memory(resolved):
             sync_path = SyncPath(build_engine(resolved), context, database_file)
     return AsyncStore(
         engine,
         context,
         owns_engine=owns_engine,
         upgrade_schema=upgrade,
-        serialize=is_sqlite_memory(async_url(engine.url)),
+        serialize=backend.is_memory(engine.url),
         database_file=database_file,
         listen_url=listen_url,
         sync_path=sync_path,

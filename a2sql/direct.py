@@ -40,6 +40,7 @@ from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from a2sql import preparation
+from a2sql.backends import backend_of
 
 if TYPE_CHECKING:
     from a2sql.wire import Wire
@@ -50,7 +51,7 @@ Processor = Callable[[Any], Any]
 
 _REQUIRED = object()
 # a2sql's writes need READ COMMITTED, whatever the server's or the connection's
-# default (a2sql.dialects).
+# default (a2sql.backends.postgresql).
 BEGIN_READ_COMMITTED = b"BEGIN ISOLATION LEVEL READ COMMITTED"
 COMMIT = b"COMMIT"
 # Expanding statements rendered per list length, kept per statement.
@@ -72,14 +73,11 @@ def observed(engine: Engine) -> bool:
     )
 
 
-# The drivers with a direct path, and the paramstyle a2sql builds parameters for.
-DIRECT_DRIVERS = {("sqlite", "pysqlite"): "qmark", ("postgresql", "psycopg"): "pyformat"}
-
-
 def can_run_directly(engine: Engine) -> bool:
-    """Whether ``engine``'s driver has a direct path (sqlite3, psycopg's sync mode)."""
+    """Whether ``engine``'s driver has a direct path (sqlite3, psycopg's sync mode): the
+    backend's direct driver, with the paramstyle a2sql builds parameters for."""
     dialect = engine.dialect
-    return DIRECT_DRIVERS.get((dialect.name, dialect.driver)) == dialect.paramstyle
+    return backend_of(engine).direct_driver == (dialect.driver, dialect.paramstyle)
 
 
 class _Bind(NamedTuple):
@@ -256,15 +254,15 @@ class HeldConnection:
     ``wire`` (a2sql.wire), made at the first.
     """
 
-    __slots__ = ("_set_autocommit", "_wire", "cursor", "pooled", "sqlite")
+    __slots__ = ("_set_autocommit", "_wire", "cursor", "pooled", "sends_begin")
 
-    def __init__(self, pooled: PoolProxiedConnection, *, sqlite: bool) -> None:
+    def __init__(self, pooled: PoolProxiedConnection, *, sends_begin: bool) -> None:
         self.pooled = pooled
-        self.sqlite = sqlite
+        self.sends_begin = sends_begin
         self.cursor: Any = pooled.cursor()
         self._wire: Wire | None = None
         self._set_autocommit = False
-        if not sqlite:
+        if not sends_begin:
             driver: Any = pooled.driver_connection
             if not driver.autocommit:
                 driver.autocommit = True
@@ -311,7 +309,7 @@ class DirectTransaction:
         "_threshold",
         "_unbegun",
         "commits_later",
-        "sqlite",
+        "sends_begin",
     )
 
     def __init__(self, engine: Engine, held: HeldConnection) -> None:
@@ -320,11 +318,11 @@ class DirectTransaction:
         self._pooled = held.pooled
         self._dialect = engine.dialect
         self._error: type[Exception] = self._dialect.loaded_dbapi.Error
-        self.sqlite = held.sqlite
+        self.sends_begin = held.sends_begin
         self._cursor = held.cursor
         # PostgreSQL: BEGIN is still to be sent, with the first statement (SQLite
         # sends it in ``begin``).
-        self._unbegun = not held.sqlite
+        self._unbegun = not held.sends_begin
         # Whether a transaction sent whole may go without BEGIN and COMMIT
         # (a2sql.preparation.implicit_transactions; PostgreSQL, from ``begin``).
         self._implicit = False
@@ -347,7 +345,7 @@ class DirectTransaction:
 
     def begin(self, *, read_only: bool) -> None:
         """Open the transaction: on PostgreSQL, BEGIN goes with the first statement."""
-        if self.sqlite:
+        if self.sends_begin:
             self.send("BEGIN" if read_only else "BEGIN IMMEDIATE")
             return
         connection: Any = self._pooled.dbapi_connection
@@ -358,7 +356,7 @@ class DirectTransaction:
     def commit(self) -> None:
         # As a statement on SQLite too: the driver keeps it prepared, where its
         # commit() prepares COMMIT anew each time.
-        if self.sqlite:
+        if self.sends_begin:
             self.send("COMMIT")
         elif not self._unbegun:
             self.send(COMMIT)
@@ -433,7 +431,7 @@ class DirectTransaction:
             return
         driver: Any = pooled.driver_connection
         try:
-            if not self.sqlite:
+            if not self.sends_begin:
                 # The driver's own, in autocommit mode too: it sends ROLLBACK when a
                 # transaction is open, and may deallocate a2sql's prepared statements.
                 driver.rollback()

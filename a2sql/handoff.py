@@ -45,12 +45,12 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
+from a2sql.backends.sqlite_file import DatabaseFile
 from a2sql.calls import Call, Context, run_in_transaction
 from a2sql.direct import DirectTransaction
 from a2sql.errors import closed_store
 from a2sql.execute import Transaction
 from a2sql.pooled import KEEP_IDLE, PooledTransactions
-from a2sql.sqlite_file import DatabaseFile
 
 T = TypeVar("T")
 
@@ -179,22 +179,24 @@ class SyncPath:
 
     def __init__(self, engine: Engine, ctx: Context, database_file: DatabaseFile | None) -> None:
         self.engine = engine
-        sqlite = engine.dialect.name == "sqlite"
-        self._postgres = not sqlite
+        # One writer at a time (SQLite): calls run inline, on the loop's thread,
+        # and only a write that finds the lock held goes to the one thread.
+        one_writer = ctx.backend.capabilities.one_writer
+        self._cancellable = ctx.backend.capabilities.cancellable_statements
         self._waiting = PooledTransactions(
             engine,
             lock_timeout_ms=ctx.lock_timeout_ms,
             database_file=database_file,
-            keep_idle=1 if sqlite else KEEP_IDLE,
+            keep_idle=1 if one_writer else KEEP_IDLE,
         )
         self._inline = (
             PooledTransactions(engine, lock_timeout_ms=0, database_file=database_file, keep_idle=1)
-            if sqlite
+            if one_writer
             else None
         )
         self._closed = False
         self._executor = ThreadPoolExecutor(
-            max_workers=1 if sqlite else POSTGRES_THREADS, thread_name_prefix="a2sql-async"
+            max_workers=1 if one_writer else POSTGRES_THREADS, thread_name_prefix="a2sql-async"
         )
         # The calls handed to the threads that have not ended (nor given their
         # connection back).
@@ -225,7 +227,7 @@ class SyncPath:
         return await decided(job, asyncio.wrap_future(handed), partial(self._abandoned, job))
 
     async def _abandoned(self, job: Job) -> None:
-        if self._postgres:
+        if self._cancellable:
             # Sending a cancel request takes a connection to the server: not on
             # the loop's thread, nor on a busy pool's.
             threading.Thread(target=job.interrupt, name="a2sql-cancel").start()

@@ -11,12 +11,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import URL, Connection, Engine, column, create_engine, inspect, select, text
+from sqlalchemy import URL, Connection, Engine, column, create_engine, inspect, select
 from sqlalchemy import table as table_clause
 from sqlalchemy.pool import StaticPool
 
 from a2sql import urls
-from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS, begin_own
+from a2sql.backends import backend_of
+from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS
 from a2sql.config import build_engine, resolve_url
 from a2sql.errors import A2Error, ErrorCode
 from a2sql.escaping import command_line
@@ -39,9 +40,6 @@ VERSION_TABLE = "a2sql_alembic_version"
 # Every table a2sql's migrations create: what an application's autogenerate must skip.
 OWN_TABLES = frozenset((*TABLE_NAMES, VERSION_TABLE))
 BASELINE = "0001_baseline"
-# Key of the PostgreSQL advisory lock that serializes migrations
-# (the ASCII bytes of "a2sqlmig").
-MIGRATION_LOCK_KEY = 0x6132_7371_6C6D_6967
 APP_VERSION_TABLE = "alembic_version"  # an application's own Alembic history, by default
 
 
@@ -106,15 +104,10 @@ def current_revision(connection: Connection) -> str | None:
 
 
 def lock_for_migration(connection: Connection) -> None:
-    """Serialize concurrent migrations: the first statement of a migrating transaction.
-
-    SQLite: the database's write lock (BEGIN IMMEDIATE); PostgreSQL: an
-    advisory lock of a2sql's migrations.
-    """
-    if connection.dialect.name == "postgresql":
-        connection.execute(text("select pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
-    else:
-        begin_own(connection, read_only=False, busy_timeout_ms=DEFAULT_LOCK_TIMEOUT_MS)
+    """Serialize concurrent migrations: the first statement of a migrating transaction
+    (SQLite: the database's write lock; PostgreSQL: an advisory lock of a2sql's
+    migrations)."""
+    backend_of(connection).lock_for_migration(connection)
 
 
 @contextmanager
@@ -127,7 +120,9 @@ def _transaction(
         return
     with connection.begin():
         if read_only:
-            begin_own(connection, read_only=True, busy_timeout_ms=busy_timeout_ms)
+            backend_of(connection).begin_own(
+                connection, read_only=True, busy_timeout_ms=busy_timeout_ms
+            )
         yield connection
 
 
@@ -346,7 +341,7 @@ def ensure_schema_on(
     if not upgrade_allowed:
         # Checking only writes nothing: a seed store's file is adopted (stamped) by
         # the upgrade, which also brings it to the newest revision.
-        sqlite = connection.dialect.name == "sqlite"
+        seed_files = backend_of(connection).adopts_seed_databases
         if found is not None:
             shown = repr(found)
         elif not seed_tables:
@@ -354,11 +349,11 @@ def ensure_schema_on(
         else:
             with _transaction(connection, read_only=True):
                 _refuse_recorded_elsewhere(connection)
-                if sqlite:
+                if seed_files:
                     _refuse_unlike_the_baseline(connection)
             shown = (
                 "none (tables of the seed store, not yet adopted)"
-                if sqlite
+                if seed_files
                 else "none (a2sql's tables, without an a2sql revision)"
             )
         raise A2Error(
@@ -411,7 +406,7 @@ def _adopt_seed_database(connection: Connection) -> None:
     """Stamp a SQLite file written by the seed's store as the baseline, if its tables match."""
     if current_revision(connection) is None and _has_a2_tables(connection):
         _refuse_recorded_elsewhere(connection)
-    if connection.dialect.name != "sqlite":
+    if not backend_of(connection).adopts_seed_databases:
         if current_revision(connection) is None and _has_a2_tables(connection):
             url = shown_url(connection)
             raise A2Error(

@@ -22,6 +22,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from a2sql.backends import backend_of
+
 # Runs a coroutine in a task of its own, and returns the task.
 Later = Callable[[Coroutine[Any, Any, Any]], "asyncio.Future[Any]"]
 
@@ -30,7 +32,7 @@ async def opened(engine: AsyncEngine, later: Later = asyncio.ensure_future) -> A
     """``await engine.connect()``, run whole in ``later``'s task (one its owner's close
     waits for): if the caller is cancelled meanwhile, the connection is closed once
     open, in another of ``later``'s tasks."""
-    if engine.dialect.name != "postgresql":
+    if not backend_of(engine).capabilities.network_connections:
         return await engine.connect()
     opening = later(engine.connect().start())
     try:

@@ -20,11 +20,11 @@ from typing import NamedTuple, TypeVar
 from sqlalchemy import Engine
 
 from a2sql import forks
-from a2sql.begin import begin_own, own_connection, prepare
+from a2sql.backends import backend_of
+from a2sql.backends.sqlite_file import DatabaseFile
 from a2sql.direct import DirectTransaction, HeldConnection, can_run_directly, observed
 from a2sql.execute import Transaction
 from a2sql.preparation import unprepared_behind_pooler
-from a2sql.sqlite_file import DatabaseFile
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -64,7 +64,8 @@ class PooledTransactions:
         self._keep_idle = keep_idle
         self._lock_timeout_ms = lock_timeout_ms
         self._file = database_file
-        self._sqlite = engine.dialect.name == "sqlite"
+        self._backend = backend_of(engine)
+        self._sends_begin = self._backend.direct_begins_itself
         self._direct = can_run_directly(engine)
         self._idle: list[_Kept] = []
         self._forks = forks.generation()
@@ -105,8 +106,11 @@ class PooledTransactions:
                 return self._run_direct(held, body, context, call, read_only=read_only)
             finally:
                 self._give_back(held)
-        with own_connection(self._engine.connect()) as connection, connection.begin():
-            begin_own(connection, read_only=read_only, busy_timeout_ms=self._lock_timeout_ms)
+        backend = self._backend
+        with backend.own_connection(self._engine.connect()) as connection, connection.begin():
+            backend.begin_own(
+                connection, read_only=read_only, busy_timeout_ms=self._lock_timeout_ms
+            )
             with unprepared_behind_pooler(connection):
                 return body(connection, context, call)
 
@@ -121,13 +125,9 @@ class PooledTransactions:
     ) -> T:
         tx = DirectTransaction(self._engine, held)
         try:
-            if self._sqlite:
-                prepare(
-                    held.pooled.info,
-                    tx.scalar,
-                    in_transaction=False,
-                    busy_timeout_ms=self._lock_timeout_ms,
-                )
+            self._backend.prepare_driver_connection(
+                held.pooled.info, tx.scalar, busy_timeout_ms=self._lock_timeout_ms
+            )
             tx.begin(read_only=read_only)
             try:
                 result = body(tx, context, call)
@@ -169,7 +169,7 @@ class PooledTransactions:
             # Engine.connect() wraps a failure to connect; raw_connection() does not.
             raise DirectTransaction.wrap(self._engine, error, None, None, lost=True) from error
         try:
-            return HeldConnection(pooled, sqlite=self._sqlite)
+            return HeldConnection(pooled, sends_begin=self._sends_begin)
         except error_class as error:  # lost since the pool's check
             pooled.invalidate(error)
             pooled.close()

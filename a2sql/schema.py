@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from sqlalchemy import Column, Index, MetaData, Table, Text, false, text
 
-from a2sql.types import BigInt, Flag, JSONText, KeyText, Timestamp
+from a2sql.backends.column_types import BigInt, Flag, JSONText, KeyText, Timestamp
 
 metadata = MetaData()
 

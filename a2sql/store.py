@@ -13,7 +13,7 @@ from typing import TypeVar
 from sqlalchemy import URL, Connection, Engine
 
 from a2sql import calls
-from a2sql.begin import begin_own, own_connection
+from a2sql.backends.sqlite_file import DatabaseFile
 from a2sql.calls import Call, Context, Done, run_in_savepoint, run_in_transaction
 from a2sql.clock import Clock
 from a2sql.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
@@ -44,7 +44,6 @@ from a2sql.records import (
     StoredEvent,
     StoreTotals,
 )
-from a2sql.sqlite_file import DatabaseFile
 from a2sql.stream import EventStream
 from a2sql.wakeups import StoreWakeups
 
@@ -329,13 +328,15 @@ class Store(Operations):
             self._file.check()
         # Only a2sql's own statements are mapped to A2Error: the caller's keep theirs.
         try:
-            connection = own_connection(self._engine.connect())
+            connection = self._ctx.backend.own_connection(self._engine.connect())
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
         with connection:
             transaction = connection.begin()
             try:
-                begin_own(connection, read_only=False, busy_timeout_ms=self._ctx.lock_timeout_ms)
+                self._ctx.backend.begin_own(
+                    connection, read_only=False, busy_timeout_ms=self._ctx.lock_timeout_ms
+                )
             except DRIVER_FAILURES as error:
                 raise from_driver_error(error) from error
             with transaction:

@@ -20,10 +20,6 @@ from a2sql.wakeups import Callback
 
 # Rows held at once: a stream of any length reads page by page.
 STREAM_PAGE = 100
-# Polling is the only wake-up across processes on SQLite: keep it short.
-SQLITE_POLL_INTERVAL_S = 0.1
-# On PostgreSQL LISTEN/NOTIFY wakes streams; the poll only covers a lost notification.
-POSTGRES_POLL_INTERVAL_S = 2.0
 
 # read_page(after_index, limit): the next events of the session, by index.
 PageReader = Callable[[int, int], list[StoredEvent]]

@@ -7,7 +7,6 @@ that misses one still finds every event at its next (slower) poll.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -16,13 +15,13 @@ from typing import Any
 from sqlalchemy import URL, Engine
 
 from a2sql import forks
+from a2sql.backends import backend_of
+from a2sql.backends.postgresql import CHANNEL
 from a2sql.preparation import behind_pooler
 from a2sql.urls import shown_url
 
 log = logging.getLogger(__name__)
 
-# The PostgreSQL channel a2sql notifies on; the payload is the session id.
-CHANNEL = "a2sql_events"
 # A listener that lost its connection, or cannot connect, waits this long
 # before trying again, twice as long after each failure in a row up to the
 # most (a wrong listen URL must not log a warning every second for ever).
@@ -84,14 +83,7 @@ LOCAL = Wakeups()
 
 def database_key(engine: Engine) -> str:
     """What identifies the database an engine writes to, within this process."""
-    url = engine.url
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        if url.database in (None, "", ":memory:"):
-            return f"sqlite-memory:{id(engine)}"
-        # The same file, whatever the driver (Store and AsyncStore) or spelling.
-        return f"sqlite:{os.path.realpath(url.database)}"
-    return url.set(drivername=backend).render_as_string(hide_password=True)
+    return backend_of(engine).database_key(engine.url, id(engine))
 
 
 class PostgresListener:
@@ -214,7 +206,7 @@ class StoreWakeups:
 
     def listen(self) -> None:
         """Make sure other processes' commits reach this process too (PostgreSQL)."""
-        if self._engine.dialect.name != "postgresql":
+        if not backend_of(self._engine).capabilities.listen_notify:
             return
         if self._listen_url is None:
             if not self._told:

@@ -47,8 +47,8 @@ from typing import Any
 
 import a2sql
 from a2sql import NewEvent, StoredEvent
+from a2sql.backends import backend_named
 from a2sql.config import resolve_url
-from a2sql.dialects import dialect_named
 from bench.databases import ensure_postgres_database
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1/a2sql_bench"
@@ -224,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if resolve_url(url).get_backend_name() != "postgresql":
         parser.error("this benchmark measures LISTEN/NOTIFY: it needs a PostgreSQL URL")
     a2sql.create_store(url, migrate=True).close()
-    poll_ms = _ms(dialect_named("postgresql").stream_poll_interval)
+    poll_ms = _ms(backend_named("postgresql").stream_poll_interval)
     results = {
         mode: measure(url, mode, args.events, args.gap_ms / 1000) for mode in args.modes.split(",")
     }

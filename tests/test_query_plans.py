@@ -26,6 +26,8 @@ from sqlalchemy.sql import Executable
 
 import a2sql
 from a2sql import NewEvent
+from a2sql.backends import backend_of
+from a2sql.backends.column_types import to_millis
 from a2sql.ops.append import PARENT_ATTEMPTS
 from a2sql.ops.attempts import COMPLETE_IF_CURRENT, PROMOTE_LANE_HEAD
 from a2sql.ops.claims import NEXT_EXPIRY, claim, claim_statement
@@ -33,7 +35,6 @@ from a2sql.ops.dispatch import CANDIDATES_PER_READ, bounds, candidates, next_fre
 from a2sql.ops.events import EVENTS_BY_ID, PENDING_LANES, SESSION_STATUS
 from a2sql.ops.fused import claim_available as fused_claim
 from a2sql.ops.inspect import PAGE
-from a2sql.types import to_millis
 from bench.databases import BURST, FILLER_T0_MS
 
 SESSIONS = 200
@@ -728,7 +729,7 @@ def test_claim_next_candidates_read_the_dispatch_age_index_in_order(
     (half of the oldest are claimed: at most 2 x 16 entries), whatever the table holds."""
     lower, upper, params = _bounds("")
     sql, sent = dispatch_plans.sent(
-        candidates(dispatch_plans.engine.dialect.name, lower, upper, False), params
+        candidates(backend_of(dispatch_plans.engine), lower, upper, False), params
     )
     plan = dispatch_plans.explain_sql(sql, sent)
     assert plan.indexes() == {DISPATCH_AGE}, _why(plan)
@@ -754,7 +755,7 @@ def test_claim_next_candidates_under_a_prefix_read_the_dispatch_age_index_in_ord
     on PostgreSQL a range on session_id, on SQLite a test of its first characters."""
     lower, upper, params = _bounds(prefix)
     plan = dispatch_plans.explain(
-        candidates(dispatch_plans.engine.dialect.name, lower, upper, False), params
+        candidates(backend_of(dispatch_plans.engine), lower, upper, False), params
     )
     assert plan.indexes() == {DISPATCH_AGE}, _why(plan)
     assert not plan.sorts, _why(plan)

@@ -7,6 +7,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
+from a2sql.backends import backend_of
 from a2sql.config import build_engine, resolve_url
 from a2sql.migrate import VERSION_TABLE, lock_for_migration
 from a2sql.schema import metadata
@@ -37,8 +38,8 @@ def _configure(connection: Connection) -> None:
         target_metadata=metadata,
         version_table=VERSION_TABLE,
         compare_type=True,
-        # SQLite can alter little in place; later revisions copy and move.
-        render_as_batch=connection.dialect.name == "sqlite",
+        # Where an engine alters little in place (SQLite), revisions copy and move.
+        render_as_batch=not backend_of(connection).alters_in_place,
     )
 
 

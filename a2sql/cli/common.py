@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 import click
 from sqlalchemy import URL
 
+from a2sql.backends import database_file
 from a2sql.config import DEFAULT_URL, ENV_URL, resolve_url
 from a2sql.escaping import command_line, printable
-from a2sql.sqlite_file import file_of
 from a2sql.store import Store
 from a2sql.urls import shown_url
 
@@ -96,7 +96,7 @@ def shown(url: str | None) -> str:
 
 def missing_file(url: URL) -> bool:
     """Whether ``url`` is a SQLite file that does not exist (opening it would create it)."""
-    path = file_of(url)
+    path = database_file(url)
     return path is not None and not path.exists()
 
 

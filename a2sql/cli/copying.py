@@ -11,12 +11,12 @@ from sqlalchemy import URL, Engine
 
 from a2sql import migrate as migrations
 from a2sql import transfer
+from a2sql.backends import database_file
 from a2sql.cli.common import CANNOT_RUN, CommandFailed, existing, json_option, plural
 from a2sql.cli.output import Output
 from a2sql.config import build_engine
 from a2sql.errors import listed
 from a2sql.escaping import command_line
-from a2sql.sqlite_file import file_of
 from a2sql.store import Store
 from a2sql.urls import shown_url
 
@@ -30,7 +30,7 @@ def _same_database(source: URL, destination: URL) -> bool:
     absolute path, a symbolic or hard link)."""
     if source == destination:
         return True
-    source_file, destination_file = file_of(source), file_of(destination)
+    source_file, destination_file = database_file(source), database_file(destination)
     if source_file is None or destination_file is None:
         return False
     try:

@@ -11,6 +11,7 @@ from sqlalchemy import URL, create_engine
 from sqlalchemy.pool import NullPool
 
 from a2sql import migrate as migrations
+from a2sql.backends import database_file
 from a2sql.cli.common import (
     NO_DATABASE,
     CommandFailed,
@@ -23,7 +24,6 @@ from a2sql.cli.common import (
 from a2sql.cli.output import Output
 from a2sql.config import build_engine, resolve_url
 from a2sql.escaping import command_line
-from a2sql.sqlite_file import file_of
 from a2sql.urls import shown_url
 
 
@@ -85,7 +85,7 @@ def _check(resolved: URL, out: Output, as_json: bool) -> None:
                 {"url": shown, "exists": False, "revision": None, "head": head, "current": False}
             )
         raise no_such_file(resolved, code=NO_DATABASE)
-    path = file_of(resolved)
+    path = database_file(resolved)
     if path is not None:
         found = _read_only_revision(path)
     else:

@@ -10,6 +10,7 @@ from sqlalchemy import ColumnElement, Update, bindparam, case, false, null, sele
 from sqlalchemy.exc import DBAPIError
 
 from a2sql import execute
+from a2sql.backends.column_types import Timestamp
 from a2sql.codec import encode_ids, stored_event
 from a2sql.errors import A2Error, ErrorCode, is_event_id_collision, listed, taken_event_id
 from a2sql.execute import Transaction
@@ -27,7 +28,6 @@ from a2sql.ops.events import (
 )
 from a2sql.records import CompleteResult, EventCause, FailResult, StoredEvent
 from a2sql.schema import events as E
-from a2sql.types import Timestamp
 
 NOW = bindparam("now", type_=Timestamp())
 LAST = E.alias("last_event")

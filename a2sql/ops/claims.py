@@ -12,7 +12,6 @@ from sqlalchemy import (
     ColumnElement,
     Select,
     Update,
-    any_,
     bindparam,
     func,
     null,
@@ -27,12 +26,13 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.visitors import InternalTraversal
 
 from a2sql import execute
+from a2sql.backends import backend_of
+from a2sql.backends.column_types import Timestamp
 from a2sql.codec import claimed_event
 from a2sql.execute import Transaction
 from a2sql.ops.events import ONE_ROW, SESSION
 from a2sql.records import ClaimRef, ClaimResult, ReleaseResult, RenewResult, StoredEvent
 from a2sql.schema import events as E
-from a2sql.types import Timestamp
 
 NOW = bindparam("now", type_=Timestamp())
 EXPIRES_AT = bindparam("expires_at", type_=Timestamp())
@@ -129,14 +129,8 @@ class ReadOnce(ColumnElement[bool]):
 
 
 @compiles(ReadOnce)
-def _in_list(element: ReadOnce, compiler: SQLCompiler, **kw: Any) -> str:
-    return compiler.process(element.column.in_(element.rows), **kw)
-
-
-@compiles(ReadOnce, "postgresql")
-def _in_array(element: ReadOnce, compiler: SQLCompiler, **kw: Any) -> str:
-    array = func.array(element.rows.scalar_subquery())
-    return compiler.process(element.column == any_(array), **kw)
+def _read_once(element: ReadOnce, compiler: SQLCompiler, **kw: Any) -> str:
+    return backend_of(compiler.dialect).read_once(element, compiler, **kw)
 
 
 @cache

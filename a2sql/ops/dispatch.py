@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Select, bindparam, func, select
 
 from a2sql import execute
-from a2sql.dialects import Dialect
+from a2sql.backends.base import Backend
 from a2sql.execute import Transaction
 from a2sql.ops.claims import FREE, NOW, READY, claim_events
 from a2sql.ops.inspect import prefix_successor
@@ -36,22 +36,11 @@ def bounds(prefix: str) -> dict[str, Any]:
 
 
 @cache
-def candidates(dialect: str, lower: bool, upper: bool, skipping: bool) -> Select[Any]:
-    """Session ids of the oldest claimable events: a2_events_dispatch_age in order.
-
-    The prefix is a range on session_id on PostgreSQL, checked on the index's
-    entries as it walks them. On SQLite a range would make the planner seek
-    the range in a2_events_claim_expiry and sort everything claimable under
-    the prefix, however much; the same test as a comparison of the first
-    characters keeps it walking the age order, stopping at the first few.
-    """
+def candidates(backend: Backend, lower: bool, upper: bool, skipping: bool) -> Select[Any]:
+    """Session ids of the oldest claimable events: a2_events_dispatch_age in order, the
+    prefix tested as the backend tests it on a walk in that order."""
     statement = select(E.c.session_id).where(*READY, FREE)
-    if dialect == "sqlite" and lower:
-        statement = statement.where(
-            func.substr(E.c.session_id, 1, bindparam("prefix_chars")) == bindparam("lower")
-        )
-    else:
-        statement = _under_prefix(statement, lower, upper)
+    statement = backend.under_prefix_by_age(statement, E.c.session_id, lower, upper)
     if skipping:
         statement = statement.where(E.c.session_id.not_in(bindparam("skipped", expanding=True)))
     return statement.order_by(E.c.created_at, E.c.session_id).limit(CANDIDATES_PER_READ)
@@ -74,7 +63,7 @@ def _under_prefix(statement: Select[Any], lower: bool, upper: bool) -> Select[An
 
 def claim_next(
     tx: Transaction,
-    dialect: Dialect,
+    backend: Backend,
     *,
     holder: str,
     clock: Callable[[], datetime],
@@ -99,11 +88,11 @@ def claim_next(
         params = {**under, "now": now}
         if passed:
             params["skipped"] = passed
-        rows = execute.rows(tx, candidates(dialect.name, lower, upper, bool(passed)), params)
+        rows = execute.rows(tx, candidates(backend, lower, upper, bool(passed)), params)
         if not rows:
             break
         for session_id in dict.fromkeys(row[0] for row in rows):
-            if not dialect.try_lock_session(tx, session_id):
+            if not backend.try_lock_session(tx, session_id):
                 locked = True
             else:
                 claimed_at = clock()

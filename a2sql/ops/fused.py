@@ -67,8 +67,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
+from a2sql.backends.column_types import Timestamp
+from a2sql.backends.postgresql import GRANTED
 from a2sql.codec import encode_cause, encode_ids
-from a2sql.dialects import GRANTED
 from a2sql.errors import A2Error
 from a2sql.execute import AnyRow
 from a2sql.ops.append import duplicate_ids
@@ -100,7 +101,6 @@ from a2sql.ops.events import (
 )
 from a2sql.records import AppendResult, ClaimResult, CompleteResult, EventCause, FailResult
 from a2sql.schema import events as E
-from a2sql.types import Timestamp
 
 T = TypeVar("T")
 

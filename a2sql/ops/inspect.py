@@ -20,8 +20,9 @@ from sqlalchemy import (
 )
 
 from a2sql import execute
+from a2sql.backends.base import Backend
+from a2sql.backends.column_types import Timestamp
 from a2sql.codec import stored_event
-from a2sql.dialects import Dialect
 from a2sql.errors import invalid
 from a2sql.execute import AnyRow, Transaction
 from a2sql.jsontext import decode_json
@@ -29,7 +30,6 @@ from a2sql.ops.events import SESSION, session_status
 from a2sql.records import DeadLetterPage, EventPage, SessionPage, SessionSummary, StoreTotals
 from a2sql.schema import events as E
 from a2sql.schema import retired_attempts as R
-from a2sql.types import Timestamp
 
 PAGE = (
     select(E)
@@ -66,11 +66,11 @@ def _count(condition: ColumnElement[bool]) -> ColumnElement[Any]:
     return func.sum(case((condition, _ONE), else_=_ZERO))
 
 
-def latest_time(dialect: Dialect) -> ColumnElement[Any]:
+def latest_time(backend: Backend) -> ColumnElement[Any]:
     """The latest time anything happened to a session's events (an aggregate): what
     ``updated_at`` reports and ``prune`` compares with its cut."""
     return func.max(
-        dialect.latest_timestamp(
+        backend.latest_timestamp(
             E.c.created_at,
             E.c.first_claimed_at,
             E.c.last_claimed_at,
@@ -88,7 +88,7 @@ _RETIRED = func.coalesce(
 )
 
 
-def _summary_columns(dialect: Dialect) -> list[ColumnElement[Any]]:
+def _summary_columns(backend: Backend) -> list[ColumnElement[Any]]:
     """A session's ``SessionSummary`` fields, in order, as aggregates over its events."""
     return [
         E.c.session_id,
@@ -98,7 +98,7 @@ def _summary_columns(dialect: Dialect) -> list[ColumnElement[Any]]:
         func.sum(E.c.attempt_count) - func.count() * _RETIRED,
         func.sum(E.c.failure_count),
         func.min(E.c.created_at),
-        latest_time(dialect),
+        latest_time(backend),
         _count(_CLAIMED),
         func.sum(case((_DEAD & E.c.lane.is_not(None), _BLOCKED_BEHIND), else_=_ZERO)),
         func.min(case((_PENDING, E.c.created_at))),
@@ -145,27 +145,27 @@ def prefix_range(prefix: str) -> dict[str, str]:
 
 
 @cache
-def _summaries(dialect: Dialect, strict_lower: bool, bounded: bool) -> Select[Any]:
+def _summaries(backend: Backend, strict_lower: bool, bounded: bool) -> Select[Any]:
     key = E.c.session_id
     lower: BindParameter[str] = bindparam("lower")
-    statement = select(*_summary_columns(dialect)).where(
+    statement = select(*_summary_columns(backend)).where(
         key > lower if strict_lower else key >= lower
     )
     if bounded:
-        statement = statement.where(key < dialect.unestimated(bindparam("upper")))
+        statement = statement.where(key < backend.unestimated(bindparam("upper")))
     return statement.group_by(key).order_by(key).limit(bindparam("limit"))
 
 
 @cache
-def _one_summary(dialect: Dialect) -> Select[Any]:
+def _one_summary(backend: Backend) -> Select[Any]:
     return (
-        select(*_summary_columns(dialect)).where(E.c.session_id == SESSION).group_by(E.c.session_id)
+        select(*_summary_columns(backend)).where(E.c.session_id == SESSION).group_by(E.c.session_id)
     )
 
 
 def list_sessions(
     tx: Transaction,
-    dialect: Dialect,
+    backend: Backend,
     *,
     prefix: str,
     cursor: str | None,
@@ -182,17 +182,17 @@ def list_sessions(
     }
     if upper is not None:
         params["upper"] = upper
-    rows = execute.rows(tx, _summaries(dialect, strict, upper is not None), params)
+    rows = execute.rows(tx, _summaries(backend, strict, upper is not None), params)
     sessions = [_summary(row) for row in rows[:limit]]
     more = len(rows) > limit
     return SessionPage(sessions=sessions, cursor=sessions[-1].session_id if more else None)
 
 
 def session(
-    tx: Transaction, dialect: Dialect, session_id: str, *, now: datetime
+    tx: Transaction, backend: Backend, session_id: str, *, now: datetime
 ) -> SessionSummary | None:
     """The summary of exactly this session, ``None`` when it has no events."""
-    row = execute.first(tx, _one_summary(dialect), {"sid": session_id, "now": now})
+    row = execute.first(tx, _one_summary(backend), {"sid": session_id, "now": now})
     return None if row is None else _summary(row)
 
 

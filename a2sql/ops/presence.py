@@ -15,11 +15,11 @@ from typing import Any
 from sqlalchemy import BindParameter, bindparam, delete, literal_column, or_, select, tuple_
 
 from a2sql import execute
-from a2sql.dialects import Dialect
+from a2sql.backends.base import Backend
+from a2sql.backends.column_types import Timestamp, to_millis
 from a2sql.execute import Transaction
 from a2sql.records import PresenceEntry
 from a2sql.schema import presence as P
-from a2sql.types import Timestamp, to_millis
 
 
 def default_seen(at: datetime) -> int:
@@ -80,7 +80,7 @@ LIVE = (
 
 def set_fields(
     tx: Transaction,
-    dialect: Dialect,
+    backend: Backend,
     ns: str,
     participant: str,
     fields: Sequence[tuple[str, str | None]],
@@ -114,20 +114,20 @@ def set_fields(
             )
             continue
         # Upserts of the fields before this one first: one order for every row.
-        _upsert(tx, dialect, upserts)
+        _upsert(tx, backend, upserts)
         upserts = []
         execute.run(
             tx,
             DELETE_FIELD,
             {"ns": ns, "participant": participant, "field": field, "at": at, "now": now},
         )
-    _upsert(tx, dialect, upserts)
+    _upsert(tx, backend, upserts)
     execute.run(tx, SWEEP, {"ns": ns, "now": now})
 
 
-def _upsert(tx: Transaction, dialect: Dialect, rows: list[dict[str, Any]]) -> None:
+def _upsert(tx: Transaction, backend: Backend, rows: list[dict[str, Any]]) -> None:
     if rows:
-        execute.run_many(tx, dialect.upsert_presence, rows)
+        execute.run_many(tx, backend.upsert_presence, rows)
 
 
 def read(tx: Transaction, ns: str, now: datetime) -> list[PresenceEntry]:

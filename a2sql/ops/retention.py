@@ -9,14 +9,14 @@ from typing import Any
 from sqlalchemy import Select, bindparam, case, delete, func, literal_column, select
 
 from a2sql import execute
-from a2sql.dialects import Dialect
+from a2sql.backends.base import Backend
+from a2sql.backends.column_types import Timestamp
 from a2sql.execute import Transaction
 from a2sql.ops.events import SESSION
 from a2sql.ops.inspect import latest_time, prefix_range
 from a2sql.records import DeleteResult, PruneResult
 from a2sql.schema import events as E
 from a2sql.schema import snapshots as S
-from a2sql.types import Timestamp
 
 DELETE_EVENTS = delete(E).where(E.c.session_id == SESSION)
 DELETE_SNAPSHOTS = delete(S).where(S.c.session_id == SESSION)
@@ -24,46 +24,46 @@ DELETE_SNAPSHOTS = delete(S).where(S.c.session_id == SESSION)
 _CUT = bindparam("cut", type_=Timestamp())
 
 
-def delete_session(tx: Transaction, dialect: Dialect, session_id: str) -> DeleteResult:
+def delete_session(tx: Transaction, backend: Backend, session_id: str) -> DeleteResult:
     """Delete the session's events and snapshots (the caller holds its lock), keeping its
     highest attempt number: the attempts of a session appended again under its id
     start after it, so that a worker still holding one of the deleted session's
     attempts can never fence an event of the new one."""
     params = {"sid": session_id}
     snapshots = execute.count(tx, DELETE_SNAPSHOTS, params)
-    execute.run(tx, dialect.retire_attempts, params)
+    execute.run(tx, backend.retire_attempts, params)
     return DeleteResult(events=execute.count(tx, DELETE_EVENTS, params), snapshots=snapshots)
 
 
-def _settled_before(dialect: Dialect) -> Any:
+def _settled_before(backend: Backend) -> Any:
     """Every event processed (a dead letter is not) and the latest time before the cut."""
     unprocessed = func.sum(
         case((E.c.processed_at.is_(None), literal_column("1")), else_=literal_column("0"))
     )
-    return (unprocessed == 0) & (latest_time(dialect) < _CUT)
+    return (unprocessed == 0) & (latest_time(backend) < _CUT)
 
 
 @cache
-def _candidates(dialect: Dialect, bounded: bool) -> Select[Any]:
+def _candidates(backend: Backend, bounded: bool) -> Select[Any]:
     key = E.c.session_id
     statement = select(key).where(key >= bindparam("lower"))
     if bounded:
-        statement = statement.where(key < dialect.unestimated(bindparam("upper")))
+        statement = statement.where(key < backend.unestimated(bindparam("upper")))
     return (
         statement.group_by(key)
-        .having(_settled_before(dialect))
+        .having(_settled_before(backend))
         .order_by(key)
         .limit(bindparam("limit"))
     )
 
 
 @cache
-def _prunable_totals(dialect: Dialect, bounded: bool) -> Select[Any]:
+def _prunable_totals(backend: Backend, bounded: bool) -> Select[Any]:
     key = E.c.session_id
     found = select(key, func.count().label("events")).where(key >= bindparam("lower"))
     if bounded:
-        found = found.where(key < dialect.unestimated(bindparam("upper")))
-    settled = found.group_by(key).having(_settled_before(dialect)).subquery("settled")
+        found = found.where(key < backend.unestimated(bindparam("upper")))
+    settled = found.group_by(key).having(_settled_before(backend)).subquery("settled")
     snapshot_count = (
         select(func.count())
         .where(S.c.session_id.in_(select(settled.c.session_id)))
@@ -73,35 +73,35 @@ def _prunable_totals(dialect: Dialect, bounded: bool) -> Select[Any]:
 
 
 @cache
-def _still_settled(dialect: Dialect) -> Select[Any]:
-    return select(func.count()).where(E.c.session_id == SESSION).having(_settled_before(dialect))
+def _still_settled(backend: Backend) -> Select[Any]:
+    return select(func.count()).where(E.c.session_id == SESSION).having(_settled_before(backend))
 
 
 def prunable(
-    tx: Transaction, dialect: Dialect, *, settled_before: datetime, prefix: str, limit: int
+    tx: Transaction, backend: Backend, *, settled_before: datetime, prefix: str, limit: int
 ) -> list[str]:
     """Up to ``limit`` sessions under ``prefix`` that ``prune`` may delete, by id."""
     params = {**prefix_range(prefix), "cut": settled_before, "limit": limit}
-    return [row[0] for row in execute.rows(tx, _candidates(dialect, "upper" in params), params)]
+    return [row[0] for row in execute.rows(tx, _candidates(backend, "upper" in params), params)]
 
 
 def prunable_totals(
-    tx: Transaction, dialect: Dialect, *, settled_before: datetime, prefix: str
+    tx: Transaction, backend: Backend, *, settled_before: datetime, prefix: str
 ) -> PruneResult:
     """What ``prune`` would delete now, over every call until it returns 0 sessions."""
     params = {**prefix_range(prefix), "cut": settled_before}
     [(sessions, events, snapshots)] = execute.rows(
-        tx, _prunable_totals(dialect, "upper" in params), params
+        tx, _prunable_totals(backend, "upper" in params), params
     )
     return PruneResult(sessions=int(sessions), events=int(events), snapshots=int(snapshots))
 
 
 def prune_session(
-    tx: Transaction, dialect: Dialect, session_id: str, *, settled_before: datetime
+    tx: Transaction, backend: Backend, session_id: str, *, settled_before: datetime
 ) -> DeleteResult | None:
     """Delete the session if it is still settled before the cut (the caller holds its
     lock, and something may have been appended since it was found): else ``None``."""
-    found = execute.first(tx, _still_settled(dialect), {"sid": session_id, "cut": settled_before})
+    found = execute.first(tx, _still_settled(backend), {"sid": session_id, "cut": settled_before})
     if found is None:
         return None
-    return delete_session(tx, dialect, session_id)
+    return delete_session(tx, backend, session_id)

@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import bindparam, select
 
 from a2sql import execute
-from a2sql.dialects import Dialect
+from a2sql.backends.base import Backend
 from a2sql.errors import invalid
 from a2sql.execute import Transaction
 from a2sql.ops.events import SESSION, session_status
@@ -47,7 +47,7 @@ def read_state(tx: Transaction, session_id: str, reducer_name: str) -> StateRead
 
 def put_snapshot(
     tx: Transaction,
-    dialect: Dialect,
+    backend: Backend,
     session_id: str,
     reducer_name: str,
     index: int,
@@ -64,7 +64,7 @@ def put_snapshot(
         )
     execute.run(
         tx,
-        dialect.upsert_snapshot,
+        backend.upsert_snapshot,
         {
             "session_id": session_id,
             "reducer_name": reducer_name,

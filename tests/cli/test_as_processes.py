@@ -122,3 +122,19 @@ def test_errors_are_one_line_on_stderr(tmp_path: Path) -> None:
         assert ran.out == "", args
         lines = ran.err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("a2sql: "), (args, ran.err)
+
+
+def test_an_engine_without_a_backend_is_one_line_naming_those_with_one(tmp_path: Path) -> None:
+    """``a2sql migrate`` (and any command) given a MariaDB URL: one line saying which
+    engines a2sql runs on, exit 2 (the arguments are wrong), and nothing written anywhere."""
+    for args in (
+        ["migrate", "--url", "mariadb://root@127.0.0.1/test"],
+        ["migrate", "--check", "--url", "mysql+pymysql://root@127.0.0.1/test"],
+        ["--url", "mariadb://root@127.0.0.1/test", "status"],
+    ):
+        ran = run_a2sql(*args, cwd=tmp_path)
+        assert ran.code == 2, (args, ran.err)
+        assert ran.err.strip().startswith("a2sql: INVALID_ARGUMENT: url: a2sql supports sqlite ")
+        assert "and postgresql, not 'm" in ran.err, ran.err
+        assert ran.out == ""
+    assert list(tmp_path.iterdir()) == []

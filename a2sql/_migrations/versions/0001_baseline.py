@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from a2sql.types import BigInt, Flag, JSONText, KeyText, Timestamp
+from a2sql.backends.column_types import BigInt, Flag, JSONText, KeyText, Timestamp
 
 revision: str = "0001_baseline"
 down_revision: str | None = None

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from a2sql.types import BigInt, KeyText
+from a2sql.backends.column_types import BigInt, KeyText
 
 revision: str = "0003_retired_attempts"
 down_revision: str | None = "0002_dispatch_age"

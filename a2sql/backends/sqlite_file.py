@@ -27,8 +27,8 @@ FILE_MODE = 0o600
 
 
 def file_of(url: URL) -> Path | None:
-    """The database file of a SQLite URL; ``None`` for a memory database or another engine."""
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+    """The database file of a SQLite URL; ``None`` for a memory database."""
+    if url.database in (None, "", ":memory:"):
         return None
     database = str(url.database)
     if str(url.query.get("uri", "")).lower() in ("true", "1") and database.startswith("file:"):
