@@ -7,6 +7,9 @@ driver's cursor receives them, each ending with ``;`` (a COMMIT the driver
 sends itself is not among them; SQLite's ``BEGIN IMMEDIATE`` is). Where a2sql's
 direct path (a2sql.direct), which nothing observes, sends other statements
 (it wakes streams after the commit), they are in ``tests/sql/postgresql/direct/``.
+SQLAlchemy's anonymous names (``anon_1``, ``%(param_1)s``, ``count(*) AS count_1``)
+are in the files as ``anon#1``, ``%(param#1)s``, ``count#1``: numbered in the order they
+first appear in their statement, not as SQLAlchemy numbers them (see anonymized).
 After changing a statement on purpose, write the files anew and review the diff:
 
     A2SQL_WRITE_GOLDEN_SQL=1 make test PYTEST_ARGS=tests/test_golden_sql.py
@@ -126,9 +129,10 @@ def anonymized(statement: str) -> str:
 
 
 def normalized(statement: str) -> str:
-    """One statement as a file holds it: its lines without trailing blanks, then ``;``."""
+    """One statement as a file holds it: its lines without trailing blanks, then ``;``,
+    with SQLAlchemy's anonymous names renamed (anonymized)."""
     lines = [line.rstrip() for line in statement.strip().splitlines()]
-    return "\n".join(line for line in lines if line) + ";"
+    return anonymized("\n".join(line for line in lines if line)) + ";"
 
 
 @pytest.mark.parametrize("engine_kind", ["sqlite", "postgresql"])
