@@ -7,6 +7,9 @@ driver's cursor receives them, each ending with ``;`` (a COMMIT the driver
 sends itself is not among them; SQLite's ``BEGIN IMMEDIATE`` is). Where a2sql's
 direct path (a2sql.direct), which nothing observes, sends other statements
 (it wakes streams after the commit), they are in ``tests/sql/postgresql/direct/``.
+SQLAlchemy's anonymous names (``anon_1``, ``%(param_1)s``, ``count(*) AS count_1``)
+are in the files as ``anon#1``, ``%(param#1)s``, ``count#1``: numbered in the order they
+first appear in their statement, not as SQLAlchemy numbers them (see anonymized).
 After changing a statement on purpose, write the files anew and review the diff:
 
     A2SQL_WRITE_GOLDEN_SQL=1 make test PYTEST_ARGS=tests/test_golden_sql.py
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -82,10 +86,53 @@ def scenario(store: Store) -> Iterator[tuple[str, Callable[[], Any]]]:
     yield "delete_session", lambda: store.delete_session("s")
 
 
+# SQLAlchemy's anonymous names, which it numbers as it compiles a statement: a
+# subquery, alias or label of its own (anon_1; anon__1 for a column repeated) and a
+# bind parameter of its own (param_1) anywhere; any label ending in a number
+# (count(*) AS count_1; a2sql names none so); and a bind parameter named after a
+# function or column of the statement (coalesce(x, %(coalesce_2)s),
+# attempt_count + %(attempt_count_1)s). Not a2sql's own names (sid, now, wait), nor
+# the values of an expanding parameter (IN (%(ids_1)s, %(ids_2)s)), whose numbers
+# are their places in the list.
+_ANONYMOUS = re.compile(r"\b(?:anon|param)_+\d+\b")
+_LABEL = re.compile(r"\bAS (\w+_\d+)\b")
+_BIND = re.compile(r"%\((\w+_\d+)\)s|(?<![:\w]):(\w+_\d+)\b")
+
+
+def anonymized(statement: str) -> str:
+    """``statement`` with SQLAlchemy's anonymous names as ``anon#1``, ``coalesce#2``: the
+    distinct names of a stem numbered in the order they first appear, so that a release
+    of SQLAlchemy that numbers them otherwise does not rewrite the files. The renaming
+    is one to one, so the files hold the statements as strictly as before. It numbers
+    each statement apart, as SQLAlchemy does: a change that adds a name to one statement
+    renumbers that statement alone, not the statements after it in the file."""
+    names = set(_ANONYMOUS.findall(statement)) | set(_LABEL.findall(statement))
+    for match in _BIND.finditer(statement):
+        name = match[1] or match[2]
+        if re.search(rf"\b{re.escape(name.rpartition('_')[0])}\b", statement):
+            names.add(name)
+    if not names:
+        return statement
+    placeholders: dict[str, str] = {}
+    counts: Counter[str] = Counter()
+
+    def placeholder(match: re.Match[str]) -> str:
+        name = match[0]
+        if name not in placeholders:
+            stem = name.rpartition("_")[0]
+            counts[stem] += 1
+            placeholders[name] = f"{stem}#{counts[stem]}"
+        return placeholders[name]
+
+    alternatives = "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
+    return re.sub(rf"\b(?:{alternatives})\b", placeholder, statement)
+
+
 def normalized(statement: str) -> str:
-    """One statement as a file holds it: its lines without trailing blanks, then ``;``."""
+    """One statement as a file holds it: its lines without trailing blanks, then ``;``,
+    with SQLAlchemy's anonymous names renamed (anonymized)."""
     lines = [line.rstrip() for line in statement.strip().splitlines()]
-    return "\n".join(line for line in lines if line) + ";"
+    return anonymized("\n".join(line for line in lines if line)) + ";"
 
 
 @pytest.mark.parametrize("engine_kind", ["sqlite", "postgresql"])
@@ -128,6 +175,45 @@ def test_no_golden_file_holds_a_literal_value() -> None:
     """Values go as bound parameters: the files hold none of the scenario's values."""
     for path in GOLDEN.glob("**/*.sql"):
         assert not re.search(r"'(e1|r1|boom|ns)'", path.read_text()), path
+
+
+def test_anonymized_numbers_sqlalchemys_names_as_they_appear() -> None:
+    """Statements that differ only in how SQLAlchemy numbers its anonymous names read
+    the same; a2sql's own names and the places of an expanding parameter's values stay."""
+    one = (
+        "SELECT coalesce(anon_2.x, %(coalesce_2)s) AS coalesce_1, NULL AS anon_3, NULL AS"
+        " anon__1 FROM (SELECT t.x AS x FROM t WHERE t.n + %(n_1)s = %(sid)s LIMIT"
+        " %(param_1)s) AS anon_2 WHERE t.id IN (%(ids_1)s, %(ids_2)s) AND t.m = :param_1"
+    )
+    other = (
+        "SELECT coalesce(anon_1.x, %(coalesce_1)s) AS coalesce_2, NULL AS anon_2, NULL AS"
+        " anon__3 FROM (SELECT t.x AS x FROM t WHERE t.n + %(n_4)s = %(sid)s LIMIT"
+        " %(param_2)s) AS anon_1 WHERE t.id IN (%(ids_1)s, %(ids_2)s) AND t.m = :param_2"
+    )
+    both = (
+        "SELECT coalesce(anon#1.x, %(coalesce#1)s) AS coalesce#2, NULL AS anon#2, NULL AS"
+        " anon_#1 FROM (SELECT t.x AS x FROM t WHERE t.n + %(n#1)s = %(sid)s LIMIT"
+        " %(param#1)s) AS anon#1 WHERE t.id IN (%(ids_1)s, %(ids_2)s) AND t.m = :param#1"
+    )
+    assert anonymized(one) == both
+    assert anonymized(other) == both
+    # Numbered apart: the statement's first name is #1 whichever SQLAlchemy made it.
+    assert anonymized("SELECT anon_7.x FROM (SELECT 1 AS x) AS anon_7") == (
+        "SELECT anon#1.x FROM (SELECT 1 AS x) AS anon#1"
+    )
+    # One to one: two names are two placeholders, and the one they stand for shows.
+    assert anonymized("SELECT anon_1.x, anon_2.x") != anonymized("SELECT anon_1.x, anon_1.x")
+    which = "SELECT anon_{}.x FROM (SELECT 1 AS x) AS anon_1, (SELECT 2 AS x) AS anon_2"
+    assert anonymized(which.format(1)) != anonymized(which.format(2))
+    assert anonymized(one) != anonymized(one.replace("coalesce(anon_2.x", "coalesce(anon_2.y"))
+    assert anonymized(one) != anonymized(one.replace("%(sid)s", "%(now)s"))
+    # Not names SQLAlchemy numbers: a table, a column, a2sql's bind parameters and the
+    # values of one of them that expands, though a column and a value end in numbers.
+    plain = (
+        "SELECT a2_events.attempt_count_2 AS attempts FROM a2_events WHERE"
+        " a2_events.session_id = %(sid)s AND a2_events.idx IN (%(indexes_1)s, %(indexes_2)s)"
+    )
+    assert anonymized(plain) == plain
 
 
 # The calls whose common case is one pipeline on PostgreSQL's direct path

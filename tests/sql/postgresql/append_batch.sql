@@ -1,16 +1,16 @@
-SELECT set_config('lock_timeout', %(wait)s, %(set_config_2)s) AS set_config_1, set_config('idle_in_transaction_session_timeout', %(wait)s, %(set_config_4)s) AS set_config_3, pg_advisory_xact_lock(24882, hashtext(%(sid)s)) AS pg_advisory_xact_lock_1, pg_notify('a2sql_events', %(sid)s) AS pg_notify_1;
+SELECT set_config('lock_timeout', %(wait)s, %(set_config#1)s) AS set_config#2, set_config('idle_in_transaction_session_timeout', %(wait)s, %(set_config#3)s) AS set_config#4, pg_advisory_xact_lock(24882, hashtext(%(sid)s)) AS pg_advisory_xact_lock#1, pg_notify('a2sql_events', %(sid)s) AS pg_notify#1;
 
 SELECT coalesce((SELECT a2_events.idx
 FROM a2_events
 WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" ORDER BY a2_events.session_id DESC, a2_events.idx DESC
- LIMIT 1), %(coalesce_2)s::INTEGER) AS coalesce_1, (SELECT a2_events.idx
+ LIMIT 1), %(coalesce#1)s::INTEGER) AS coalesce#2, (SELECT a2_events.idx
 FROM a2_events
 WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.processed_at IS NULL ORDER BY a2_events.session_id, a2_events.idx
- LIMIT 1) IS NOT NULL AS anon_1, coalesce((SELECT a2_retired_attempts.last_attempt
+ LIMIT 1) IS NOT NULL AS anon#1, coalesce((SELECT a2_retired_attempts.last_attempt
 FROM a2_retired_attempts
-WHERE a2_retired_attempts.session_id = %(sid)s::VARCHAR COLLATE "C"), %(coalesce_4)s::INTEGER) AS coalesce_3, EXISTS (SELECT *
+WHERE a2_retired_attempts.session_id = %(sid)s::VARCHAR COLLATE "C"), %(coalesce#3)s::INTEGER) AS coalesce#4, EXISTS (SELECT *
 FROM a2_events
-WHERE a2_events.event_id IN (%(ids_1)s::VARCHAR COLLATE "C", %(ids_2)s::VARCHAR COLLATE "C")) AS anon_2;
+WHERE a2_events.event_id IN (%(ids_1)s::VARCHAR COLLATE "C", %(ids_2)s::VARCHAR COLLATE "C")) AS anon#2;
 
 SELECT DISTINCT a2_events.lane
 FROM a2_events

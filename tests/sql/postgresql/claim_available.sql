@@ -1,7 +1,7 @@
-SELECT set_config('a2sql.granted', CAST(pg_try_advisory_xact_lock(24882, hashtext(%(sid)s)) AS TEXT), %(set_config_2)s) AS set_config_1, set_config('lock_timeout', %(wait)s, %(set_config_4)s) AS set_config_3, set_config('idle_in_transaction_session_timeout', %(wait)s, %(set_config_6)s) AS set_config_5;
+SELECT set_config('a2sql.granted', CAST(pg_try_advisory_xact_lock(24882, hashtext(%(sid)s)) AS TEXT), %(set_config#1)s) AS set_config#2, set_config('lock_timeout', %(wait)s, %(set_config#3)s) AS set_config#4, set_config('idle_in_transaction_session_timeout', %(wait)s, %(set_config#5)s) AS set_config#6;
 
 WITH claimed AS
-(UPDATE a2_events SET first_claimed_at=coalesce(a2_events.first_claimed_at, %(now)s::TIMESTAMP WITH TIME ZONE), last_claimed_at=%(now)s::TIMESTAMP WITH TIME ZONE, attempt_count=(a2_events.attempt_count + %(attempt_count_1)s::BIGINT), claim_holder=%(holder)s::VARCHAR COLLATE "C", claim_expires_at=%(expires_at)s::TIMESTAMP WITH TIME ZONE WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.idx = ANY (array((SELECT a2_events.idx
+(UPDATE a2_events SET first_claimed_at=coalesce(a2_events.first_claimed_at, %(now)s::TIMESTAMP WITH TIME ZONE), last_claimed_at=%(now)s::TIMESTAMP WITH TIME ZONE, attempt_count=(a2_events.attempt_count + %(attempt_count#1)s::BIGINT), claim_holder=%(holder)s::VARCHAR COLLATE "C", claim_expires_at=%(expires_at)s::TIMESTAMP WITH TIME ZONE WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.idx = ANY (array((SELECT a2_events.idx
 FROM a2_events
 WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.lane_ready = true AND a2_events.processed_at IS NULL AND a2_events.failed_at IS NULL AND (a2_events.claim_expires_at IS NULL OR a2_events.claim_expires_at <= %(now)s::TIMESTAMP WITH TIME ZONE) ORDER BY a2_events.session_id, a2_events.idx
  LIMIT %(limit)s))) AND current_setting('a2sql.granted', true) = 'true' AND NOT (EXISTS (SELECT *
@@ -19,10 +19,10 @@ WHERE current_setting('a2sql.granted', true) = 'true' AND NOT (EXISTS (SELECT cl
 FROM a2_events AS claimable_event
 WHERE claimable_event.session_id = %(sid)s::VARCHAR COLLATE "C" AND claimable_event.lane_ready = true AND claimable_event.processed_at IS NULL AND claimable_event.failed_at IS NULL AND (claimable_event.claim_expires_at IS NULL OR claimable_event.claim_expires_at <= %(now)s::TIMESTAMP WITH TIME ZONE)));
 
-SELECT set_config('lock_timeout', %(wait)s, %(set_config_2)s) AS set_config_1, set_config('idle_in_transaction_session_timeout', %(wait)s, %(set_config_4)s) AS set_config_3, pg_advisory_xact_lock(24882, hashtext(%(sid)s)) AS pg_advisory_xact_lock_1;
+SELECT set_config('lock_timeout', %(wait)s, %(set_config#1)s) AS set_config#2, set_config('idle_in_transaction_session_timeout', %(wait)s, %(set_config#3)s) AS set_config#4, pg_advisory_xact_lock(24882, hashtext(%(sid)s)) AS pg_advisory_xact_lock#1;
 
 WITH claimed AS
-(UPDATE a2_events SET first_claimed_at=coalesce(a2_events.first_claimed_at, %(now)s::TIMESTAMP WITH TIME ZONE), last_claimed_at=%(now)s::TIMESTAMP WITH TIME ZONE, attempt_count=(a2_events.attempt_count + %(attempt_count_1)s::BIGINT), claim_holder=%(holder)s::VARCHAR COLLATE "C", claim_expires_at=%(expires_at)s::TIMESTAMP WITH TIME ZONE WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.idx = ANY (array((SELECT a2_events.idx
+(UPDATE a2_events SET first_claimed_at=coalesce(a2_events.first_claimed_at, %(now)s::TIMESTAMP WITH TIME ZONE), last_claimed_at=%(now)s::TIMESTAMP WITH TIME ZONE, attempt_count=(a2_events.attempt_count + %(attempt_count#1)s::BIGINT), claim_holder=%(holder)s::VARCHAR COLLATE "C", claim_expires_at=%(expires_at)s::TIMESTAMP WITH TIME ZONE WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.idx = ANY (array((SELECT a2_events.idx
 FROM a2_events
 WHERE a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.lane_ready = true AND a2_events.processed_at IS NULL AND a2_events.failed_at IS NULL AND (a2_events.claim_expires_at IS NULL OR a2_events.claim_expires_at <= %(now)s::TIMESTAMP WITH TIME ZONE) ORDER BY a2_events.session_id, a2_events.idx
  LIMIT %(limit)s))) RETURNING a2_events.idx, a2_events.event_type, a2_events.payload, a2_events.event_id, a2_events.created_at, a2_events.cause, a2_events.lane, a2_events.processed_by_attempt, a2_events.returned_event_ids, a2_events.first_claimed_at, a2_events.attempt_count, a2_events.failure_count, a2_events.last_failed_at, a2_events.last_failed_attempt, a2_events.last_error)

@@ -1,4 +1,4 @@
-SELECT set_config('lock_timeout', %(wait)s, %(set_config_2)s) AS set_config_1, set_config('idle_in_transaction_session_timeout', %(wait)s, %(set_config_4)s) AS set_config_3, pg_advisory_xact_lock(24882, hashtext(%(sid)s)) AS pg_advisory_xact_lock_1;
+SELECT set_config('lock_timeout', %(wait)s, %(set_config#1)s) AS set_config#2, set_config('idle_in_transaction_session_timeout', %(wait)s, %(set_config#3)s) AS set_config#4, pg_advisory_xact_lock(24882, hashtext(%(sid)s)) AS pg_advisory_xact_lock#1;
 
 SELECT a2_events.idx, a2_events.attempt_count
 FROM a2_events

@@ -3,13 +3,13 @@ BEGIN IMMEDIATE;
 SELECT coalesce((SELECT a2_events.idx
 FROM a2_events
 WHERE a2_events.session_id = ? ORDER BY a2_events.session_id DESC, a2_events.idx DESC
- LIMIT 1 OFFSET ?), ?) AS coalesce_1, (SELECT a2_events.idx
+ LIMIT 1 OFFSET ?), ?) AS coalesce#1, (SELECT a2_events.idx
 FROM a2_events
 WHERE a2_events.session_id = ? AND a2_events.processed_at IS NULL ORDER BY a2_events.session_id, a2_events.idx
- LIMIT 1 OFFSET ?) IS NOT NULL AS anon_1, coalesce((SELECT a2_retired_attempts.last_attempt
+ LIMIT 1 OFFSET ?) IS NOT NULL AS anon#1, coalesce((SELECT a2_retired_attempts.last_attempt
 FROM a2_retired_attempts
-WHERE a2_retired_attempts.session_id = ?), ?) AS coalesce_3, EXISTS (SELECT *
+WHERE a2_retired_attempts.session_id = ?), ?) AS coalesce#2, EXISTS (SELECT *
 FROM a2_events
-WHERE a2_events.event_id IN (?)) AS anon_2;
+WHERE a2_events.event_id IN (?)) AS anon#2;
 
 INSERT INTO a2_events (session_id, idx, event_type, payload, event_id, created_at, cause, lane, lane_ready, processed_at, attempt_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
