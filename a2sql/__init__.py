@@ -1,16 +1,19 @@
 """a2sql: durable, multi-worker event sessions on SQLAlchemy Core (SQLite and PostgreSQL)."""
 
-from a2sql.aio import (
+from a2sql.api.async_store import (
     AsyncInspector,
     AsyncOperations,
     AsyncPresence,
     AsyncStore,
     AsyncUsingConnection,
 )
-from a2sql.clock import Clock, SystemClock
-from a2sql.create import create_async_store, create_store
-from a2sql.errors import A2Error, ErrorCode
-from a2sql.records import (
+from a2sql.api.opening import create_async_store, create_store
+from a2sql.api.reducers import reduce, reduce_async
+from a2sql.api.store import Inspector, Operations, Presence, Store, UsingConnection
+from a2sql.api.stream import AsyncEventStream, EventStream
+from a2sql.core.clock import Clock, SystemClock
+from a2sql.core.errors import A2Error, ErrorCode
+from a2sql.core.records import (
     JSON,
     AppendResult,
     ClaimRef,
@@ -39,9 +42,6 @@ from a2sql.records import (
     StoredEvent,
     StoreTotals,
 )
-from a2sql.reducers import reduce, reduce_async
-from a2sql.store import Inspector, Operations, Presence, Store, UsingConnection
-from a2sql.stream import AsyncEventStream, EventStream
 
 __all__ = [
     "JSON",

@@ -15,13 +15,13 @@ from sqlalchemy import URL, Connection, Engine, column, create_engine, inspect, 
 from sqlalchemy import table as table_clause
 from sqlalchemy.pool import StaticPool
 
-from a2sql import urls
+from a2sql.api.config import build_engine, resolve_url
 from a2sql.backends import backend_of
-from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS
-from a2sql.config import build_engine, resolve_url
-from a2sql.errors import A2Error, ErrorCode
-from a2sql.escaping import command_line
-from a2sql.schema import TABLE_NAMES
+from a2sql.backends.sqlite_begin import DEFAULT_LOCK_TIMEOUT_MS
+from a2sql.core import urls
+from a2sql.core.errors import A2Error, ErrorCode
+from a2sql.core.escaping import command_line
+from a2sql.sql.schema import TABLE_NAMES
 
 # Importing Alembic logs each of its plugins at INFO: an application that logs
 # at INFO would see those lines on every start just for importing a2sql.

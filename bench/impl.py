@@ -162,7 +162,7 @@ class A2sqlImpl:
             _never_prepare(self._timed.engine)
         # Counting is done on a second store of the same database, running the
         # same code: a listener on an engine makes its transactions take the
-        # Connection path for good (a2sql.direct.observed), so the timed
+        # Connection path for good (a2sql.execution.raw.observed), so the timed
         # store's engine never gets one. On PostgreSQL the counting store's
         # connections are traced instead, on the timed store's path, round
         # trips too (bench/round_trips.py).

@@ -10,7 +10,7 @@ or ``postgresql://postgres@127.0.0.1/a2sql_bench``, tables truncated):
   ``Store.prune`` called until it returns 0 sessions: sessions deleted per
   second, each in a transaction of its own.
 - ``copy``: the same sessions written again, then ``a2sql copy``'s work
-  (``a2sql.transfer``) from that database to a fresh SQLite file: sessions
+  (``a2sql.api.copying``) from that database to a fresh SQLite file: sessions
   and events copied per second, each session read in one transaction and
   written in one.
 
@@ -27,7 +27,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import a2sql
-from a2sql import NewEvent, Store, transfer
+from a2sql import NewEvent, Store
+from a2sql.api import copying as transfer
 from a2sql.testing import FakeClock
 from bench.databases import prepare
 

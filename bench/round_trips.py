@@ -2,7 +2,7 @@
 
 A SQLAlchemy event listener on an engine would send a2sql's transactions down
 the path that runs each statement through ``Connection.execute``, one round
-trip each (a2sql.direct.observed). So each connection of the counting store's
+trip each (a2sql.execution.raw.observed). So each connection of the counting store's
 engine is traced by libpq (``PQtrace``, from a pool event, which leaves the
 engine unobserved), and the trace is counted:
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from a2sql.clock import SystemClock
+from a2sql.core.clock import SystemClock
 
 _SYSTEM = SystemClock()
 

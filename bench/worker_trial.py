@@ -82,7 +82,7 @@ from sqlalchemy import Engine, func, select
 
 import a2sql
 from a2sql import NewEvent
-from a2sql.schema import events as events_table
+from a2sql.sql.schema import events as events_table
 from bench import databases
 from bench.workloads import check
 

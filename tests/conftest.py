@@ -23,7 +23,7 @@ from sqlalchemy.pool import NullPool
 
 import a2sql
 import a2sql.migrate
-from a2sql.config import resolve_url
+from a2sql.api.config import resolve_url
 from a2sql.testing import FakeClock
 from bench.databases import ensure_postgres_database
 from tests.async_adapter import BlockingAsyncStore
@@ -191,7 +191,7 @@ def clock() -> FakeClock:
 def facade(request: pytest.FixtureRequest) -> str:
     """``sync``: ``Store``; ``async``: ``AsyncStore`` driven through a blocking adapter;
     ``observed``: ``Store`` on an engine with a listener, so that its transactions run
-    through SQLAlchemy ``Connection``s instead of on the driver's cursor (a2sql.direct)."""
+    through SQLAlchemy ``Connection``s instead of on the driver's cursor (a2sql.execution.raw)."""
     return str(request.param)
 
 

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from a2sql.errors import ErrorCode
-from a2sql.records import (
+from a2sql.core.errors import ErrorCode
+from a2sql.core.records import (
     JSON,
     AppendResult,
     ClaimRef,

@@ -1,6 +1,6 @@
-"""The SQL a2sql sends on its direct path (a2sql.direct), recorded without an event
+"""The SQL a2sql sends on its direct path (a2sql.execution.raw), recorded without an event
 listener, which would take a2sql off that path: what an engine's psycopg cursors
-execute, and the statements a2sql.wire writes in pipelines."""
+execute, and the statements a2sql.execution.wire writes in pipelines."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def recording_engine(
     """An engine on ``url`` and the record of what is sent: (SQL, whether it went in a
     pipeline). Pipelines are recorded whichever engine sends them."""
     psycopg = pytest.importorskip("psycopg")
-    from a2sql.wire import Wire
+    from a2sql.execution.wire import Wire
 
     sent: list[tuple[str, bool]] = []
 

@@ -12,7 +12,7 @@ from sqlalchemy import event
 from sqlalchemy.util import await_only
 
 from a2sql import AsyncStore
-from a2sql.pooled import KEEP_IDLE
+from a2sql.execution.transactions import KEEP_IDLE
 
 DEADLINE_S = 20
 
@@ -47,7 +47,7 @@ class StatementGate:
 
 def checked_out(store: AsyncStore) -> int:
     """Connections of the asyncio engine's pool in use: checked out, less those the store
-    keeps idle between the calls it sends from the loop (a2sql.onloop)."""
+    keeps idle between the calls it sends from the loop (a2sql.execution.onloop)."""
     on_loop = store._on_loop
     idle = 0 if on_loop is None else on_loop.idle
     assert idle <= KEEP_IDLE

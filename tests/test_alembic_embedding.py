@@ -20,7 +20,7 @@ from sqlalchemy.pool import NullPool
 
 import a2sql
 from a2sql import A2Error, ErrorCode, migrate
-from a2sql.escaping import command_line
+from a2sql.core.escaping import command_line
 
 ALEMBIC = str(Path(sys.executable).with_name("alembic"))
 MIGRATIONS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "migrations.md"
@@ -72,7 +72,7 @@ def downgrade():
 
 
 def _driver_url(url: str) -> str:
-    return a2sql.config.resolve_url(url).render_as_string(hide_password=False)
+    return a2sql.api.config.resolve_url(url).render_as_string(hide_password=False)
 
 
 @pytest.fixture
@@ -231,7 +231,7 @@ def test_include_name_and_include_object_skip_a2sqls_tables_only() -> None:
     assert not migrate.include_name("a2_events_event_id", "index", {"table_name": "a2_events"})
     assert migrate.include_name("orders", "table", {})
     assert migrate.include_name("orders_status", "index", {"table_name": "orders"})
-    events = a2sql.schema.events
+    events = a2sql.sql.schema.events
     assert not migrate.include_object(events, "a2_events", "table", False, None)
     [index] = [i for i in events.indexes if i.name == "a2_events_event_id"]
     assert not migrate.include_object(index, index.name, "index", False, None)

@@ -1,5 +1,5 @@
 """An AsyncStore opened from a URL runs each operation whole on the sync path
-(a2sql.handoff): SQLite on the event loop's thread unless it must wait for the
+(a2sql.execution.threads): SQLite on the event loop's thread unless it must wait for the
 write lock, PostgreSQL in a thread per call. What that must not cost: a
 blocked loop, a commit after cancellation, connections left after close.
 """
@@ -168,7 +168,7 @@ def test_a_cancelled_call_raises_cancelled_only_when_nothing_was_committed(
     path and, with an AsyncEngine passed in, on the asyncio engine alike. On PostgreSQL
     every other append has a lane: from a URL, those are handed to a thread that commits
     at the end, the others sent whole from the loop, where the server's answer to the
-    cancel decides (a2sql.onloop)."""
+    cancel decides (a2sql.execution.onloop)."""
     if engine_kind == "sqlite":
         url = f"sqlite:///{tmp_path / 'a2.db'}"
     else:

@@ -1,5 +1,5 @@
 """An AsyncStore opened from a PostgreSQL URL sends its hot writes whole from the event
-loop (a2sql.onloop): no thread, one round trip. What that must not cost: a cancelled
+loop (a2sql.execution.onloop): no thread, one round trip. What that must not cost: a cancelled
 call that committed, a lock wait frozen on the loop, a connection left behind.
 """
 
@@ -14,9 +14,9 @@ from sqlalchemy import Connection, text
 
 import a2sql
 from a2sql import AsyncStore, NewEvent
-from a2sql.calls import Call, is_contended
-from a2sql.handoff import SyncPath
-from a2sql.settling import Settling
+from a2sql.core.operations import Call, is_contended
+from a2sql.execution.settling import Settling
+from a2sql.execution.threads import SyncPath
 from bench.round_trips import round_trips
 from tests.conftest import with_server_option
 from tests.holding import DEADLINE_S, ticking, wait_until_blocked_by
@@ -253,7 +253,7 @@ def test_kept_connections_terminated_by_the_server_fail_one_call_then_are_replac
     assert run(scenario) == ["STORE_UNAVAILABLE", "appended"]
 
 
-# --- holding a cancellation back (a2sql.settling) ------------------------------------
+# --- holding a cancellation back (a2sql.execution.settling) ------------------------------------
 
 
 def test_a_settling_coroutine_runs_to_its_end_through_cancellations() -> None:

@@ -1,5 +1,5 @@
 """An ``AsyncStore`` on SQLite runs its transactions on the event loop's own thread
-(a2sql.handoff), where a call could complete without ever suspending: a task looping
+(a2sql.execution.threads), where a call could complete without ever suspending: a task looping
 on it would starve every other task, timer and signal handler of the loop. Every
 call lets the loop run at least once.
 """

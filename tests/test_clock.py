@@ -7,7 +7,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from a2sql.clock import SystemClock, uuid7_id
+from a2sql.core.clock import SystemClock, uuid7_id
 
 
 def test_ids_are_canonical_version_7_uuids_carrying_the_current_millisecond() -> None:

@@ -16,8 +16,8 @@ from sqlalchemy.pool import Pool, QueuePool
 
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent, migrate
-from a2sql.begin import DEFAULT_LOCK_TIMEOUT_MS
-from a2sql.config import resolve_url
+from a2sql.api.config import resolve_url
+from a2sql.backends.sqlite_begin import DEFAULT_LOCK_TIMEOUT_MS
 from a2sql.testing import FakeClock
 
 A2_TABLES = {"a2_events", "a2_snapshots", "a2_presence"}
@@ -357,7 +357,7 @@ def test_sqlite_write_transactions_begin_immediate(
 ) -> None:
     """Every write operation begins IMMEDIATE, on SQLAlchemy Connections (listeners
     attached) and on a2sql's pooled path alike."""
-    monkeypatch.setattr(a2sql.pooled, "MAX_IDLE_S", -1.0)
+    monkeypatch.setattr(a2sql.execution.transactions, "MAX_IDLE_S", -1.0)
     store = file_store
     store.append("s", [NewEvent("t", 1, id="e1")])
     writes: dict[str, Callable[[], object]] = {

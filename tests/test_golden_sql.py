@@ -5,7 +5,7 @@ one shows in the diff. Each file holds the statements of one call of a fixed
 scenario (the common path: the fence holds, nothing is replayed), as the
 driver's cursor receives them, each ending with ``;`` (a COMMIT the driver
 sends itself is not among them; SQLite's ``BEGIN IMMEDIATE`` is). Where a2sql's
-direct path (a2sql.direct), which nothing observes, sends other statements
+direct path (a2sql.execution.raw), which nothing observes, sends other statements
 (it wakes streams after the commit), they are in ``tests/sql/postgresql/direct/``.
 SQLAlchemy's anonymous names (``anon_1``, ``%(param_1)s``, ``count(*) AS count_1``)
 are in the files as ``anon#1``, ``%(param#1)s``, ``count#1``: numbered in the order they
@@ -217,21 +217,21 @@ def test_anonymized_numbers_sqlalchemys_names_as_they_appear() -> None:
 
 
 # The calls whose common case is one pipeline on PostgreSQL's direct path
-# (a2sql.ops.fused): the lock tried and one statement, in one implicit transaction.
+# (a2sql.sql.queries.fused): the lock tried and one statement, in one implicit transaction.
 FUSED = {"append", "claim_available", "claim_available_busy", "complete_attempt", "fail_attempt"}
 
 
 def test_the_direct_path_sends_the_same_sql(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A store nothing observes runs on the driver's cursor (a2sql.direct): it sends the
+    """A store nothing observes runs on the driver's cursor (a2sql.execution.raw): it sends the
     statements of the files too, as the driver receives them, and the fused calls send
-    them in one pipeline (a2sql.wire), without BEGIN and COMMIT; those that add events
+    them in one pipeline (a2sql.execution.wire), without BEGIN and COMMIT; those that add events
     wake streams after the commit, with a statement of its own in the same pipeline
     (their files under ``direct/``). (The scenario's claim takes lane events never
     claimed, which a call sent whole leaves to the way after the lock: the session is
     not then remembered as contended.)"""
-    monkeypatch.setattr(a2sql.calls, "CONTENDED_S", 0.0)
+    monkeypatch.setattr(a2sql.core.operations, "CONTENDED_S", 0.0)
     url = str(request.getfixturevalue("postgres_url"))
     engine, sent = recording_engine(url, monkeypatch)
     try:

@@ -15,7 +15,8 @@ import sys
 import textwrap
 
 import a2sql
-from a2sql import NewEvent, jsontext
+from a2sql import NewEvent
+from a2sql.core import jsontext
 
 BIG = 10**3000 + 7  # about 3,000 digits: under a2sql's bound, over a lowered limit
 
@@ -56,7 +57,7 @@ def test_a_process_with_a_lowered_digit_limit_reads_and_writes_big_ints(url: str
 
 
 def test_json_text_round_trips_ints_of_every_length_under_the_lowest_digit_limit() -> None:
-    """a2sql.jsontext prints and parses ints of any length with Python's limit at its
+    """a2sql.core.jsontext prints and parses ints of any length with Python's limit at its
     lowest (640 digits), chunk boundaries and signs included, as json does unlimited."""
     values = [10**n + d for n in (599, 600, 601, 639, 640, 1199, 1200, 3900) for d in (0, -1, 1)]
     values += [-v for v in values] + [0, -1]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from a2sql.errors import listed
+from a2sql.core.errors import listed
 
 
 def test_listed_names_at_most_ten_and_counts_the_rest() -> None:

@@ -3,7 +3,7 @@
 A database at 0001_baseline already holds events of every kind (pending, claimed,
 claim expired, processed, dead-lettered, waiting in a lane) when a2sql with 0002
 arrives. The store refuses a schema behind head, so the rows are written with
-SQLAlchemy Core against ``a2sql.schema`` (or, for the seed's file, with sqlite3 in
+SQLAlchemy Core against ``a2sql.sql.schema`` (or, for the seed's file, with sqlite3 in
 the seed's column conventions). Every test runs on a SQLite file and on PostgreSQL
 (the ``url`` fixture: a fresh file, or a schema of its own dropped afterwards),
 except the seed file's, which is SQLite only.
@@ -23,8 +23,8 @@ from sqlalchemy import Engine, create_engine, insert, inspect, select
 import a2sql
 from a2sql import A2Error, ErrorCode
 from a2sql import migrate as migrations
-from a2sql.config import resolve_url
-from a2sql.schema import events, presence, snapshots
+from a2sql.api.config import resolve_url
+from a2sql.sql.schema import events, presence, snapshots
 from a2sql.testing import FakeClock
 from tests.test_schema_sqlite import seed_database
 

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from a2sql import A2Error, ErrorCode
-from a2sql.jsontext import encode_json
-from a2sql.validate import Limits, json_value
+from a2sql.core.arguments import Limits, json_value
+from a2sql.core.jsontext import encode_json
 
 FIFTY_MILLION = 50_000_000
 # What refusing may allocate: far below one copy of the value (50 MB).

@@ -33,7 +33,7 @@ from sqlalchemy import URL, NullPool, create_engine, make_url, text
 
 import a2sql
 from a2sql import A2Error, NewEvent
-from a2sql.config import resolve_url
+from a2sql.api.config import resolve_url
 from tests.conftest import _unavailable
 
 PROCESSES = 6
@@ -157,7 +157,7 @@ def test_async_store_through_a_transaction_pooler(database: Pooled) -> None:
 
             await asyncio.gather(*(task(number) for number in range(8)))
             # Its calls were handed to the thread, which does not prepare statements
-            # behind a pooler; none were sent from the loop (a2sql.onloop).
+            # behind a pooler; none were sent from the loop (a2sql.execution.onloop).
             assert store._on_loop is not None and not store._on_loop.usable
         return errors
 

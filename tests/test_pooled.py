@@ -1,4 +1,4 @@
-"""The sync store's own transactions on pooled connections (a2sql.pooled).
+"""The sync store's own transactions on pooled connections (a2sql.execution.transactions).
 
 It keeps up to ``KEEP_IDLE`` connections checked out between calls, gives
 back those idle longer than ``MAX_IDLE_S`` so the pool's checks apply again,
@@ -16,7 +16,7 @@ from sqlalchemy import Engine, create_engine, event, text
 
 import a2sql
 from a2sql import ClaimRef, NewEvent, Store
-from a2sql.pooled import KEEP_IDLE
+from a2sql.execution.transactions import KEEP_IDLE
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_a_connection_idle_too_long_goes_back_to_the_pool_first(
     """Past MAX_IDLE_S the kept connection is checked in and a checkout serves the call,
     so the pool's pre-ping, recycle and invalidation apply to it."""
     store.append("s", [NewEvent("t", 0)])
-    monkeypatch.setattr(a2sql.pooled, "MAX_IDLE_S", -1.0)
+    monkeypatch.setattr(a2sql.execution.transactions, "MAX_IDLE_S", -1.0)
     checkouts = count_pool_events(store, "checkout")
     checkins = count_pool_events(store, "checkin")
     for n in range(1, 4):

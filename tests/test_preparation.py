@@ -92,7 +92,7 @@ def test_a_lost_prepared_statement_names_the_setting_that_avoids_it(
 
 
 def test_the_hot_writes_prepare_their_lost_statements_again(one_connection: Engine) -> None:
-    """The statements a2sql prepares for its hot writes (a2sql.wire), lost the same way:
+    """The statements a2sql prepares for its hot writes (a2sql.execution.wire), lost the same way:
     the call that finds them gone sends them again, prepared anew, and commits once."""
     with a2sql.create_store(one_connection, migrate=False) as store:
         for n in range(10):

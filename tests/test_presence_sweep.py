@@ -17,7 +17,7 @@ from sqlalchemy import event, text
 
 import a2sql
 from a2sql import Store
-from a2sql.ops.presence import SWEEP_BATCH
+from a2sql.sql.queries.presence import SWEEP_BATCH
 
 EXPIRED = 200_000
 LIVE = 10

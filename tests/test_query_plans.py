@@ -1,7 +1,7 @@
 """The hot statements are served by the indexes meant for them (issue 6; SPEC §5 indexes).
 
 Each test EXPLAINs (PostgreSQL: ``EXPLAIN (FORMAT JSON)``; SQLite: ``EXPLAIN
-QUERY PLAN``) a statement of a2sql.ops, bound with realistic parameters, on a
+QUERY PLAN``) a statement of a2sql.sql.queries, bound with realistic parameters, on a
 table of ~23k events over 200 sessions plus one long session (90% processed;
 PostgreSQL ANALYZEd, so the planner chooses as it would in production), and
 asserts which index it seeks. The SQL and parameters are exactly what a2sql
@@ -28,13 +28,13 @@ import a2sql
 from a2sql import NewEvent
 from a2sql.backends import backend_of
 from a2sql.backends.column_types import to_millis
-from a2sql.ops.append import PARENT_ATTEMPTS
-from a2sql.ops.attempts import COMPLETE_IF_CURRENT, PROMOTE_LANE_HEAD
-from a2sql.ops.claims import NEXT_EXPIRY, claim, claim_statement
-from a2sql.ops.dispatch import CANDIDATES_PER_READ, bounds, candidates, next_free
-from a2sql.ops.events import EVENTS_BY_ID, PENDING_LANES, SESSION_STATUS
-from a2sql.ops.fused import claim_available as fused_claim
-from a2sql.ops.inspect import PAGE
+from a2sql.sql.queries.append import PARENT_ATTEMPTS
+from a2sql.sql.queries.attempts import COMPLETE_IF_CURRENT, PROMOTE_LANE_HEAD
+from a2sql.sql.queries.claims import NEXT_EXPIRY, claim, claim_statement
+from a2sql.sql.queries.dispatch import CANDIDATES_PER_READ, bounds, candidates, next_free
+from a2sql.sql.queries.events import EVENTS_BY_ID, PENDING_LANES, SESSION_STATUS
+from a2sql.sql.queries.fused import claim_available as fused_claim
+from a2sql.sql.queries.operator_reads import PAGE
 from bench.databases import BURST, FILLER_T0_MS
 
 SESSIONS = 200
@@ -584,7 +584,7 @@ def _hot_paths(store: a2sql.Store) -> None:
     store.claim_available(sid, holder="w", ttl_ms=30_000)  # busy: retry_at
     for position, claimed_event in enumerate(claimed.events):
         # The first completion's returned events have no lane: on PostgreSQL one
-        # fused statement (a2sql.ops.fused) completes, promotes lane "a" and inserts.
+        # fused statement (a2sql.sql.queries.fused) completes, promotes lane "a" and inserts.
         lane = None if position == 0 else "a"
         store.complete_attempt(
             sid,
@@ -706,7 +706,7 @@ def dispatch_plans(db_url: str) -> Iterator[Explainer]:
 
 
 def _bounds(prefix: str) -> tuple[bool, bool, dict[str, Any]]:
-    """claim_next's prefix bounds, as a2sql.ops.dispatch.claim_next binds them."""
+    """claim_next's prefix bounds, as a2sql.sql.queries.dispatch.claim_next binds them."""
     params: dict[str, Any] = {"now": NOW, **bounds(prefix)}
     return "lower" in params, "upper" in params, params
 

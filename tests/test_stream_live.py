@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 
 import a2sql
-from a2sql import EventStream, NewEvent, Store, StoredEvent, wakeups
-from a2sql.pooled import KEEP_IDLE
+from a2sql import EventStream, NewEvent, Store, StoredEvent
+from a2sql.execution.transactions import KEEP_IDLE
+from a2sql.notify import wakeups
 from tests.async_adapter import BlockingAsyncStore
 from tests.statement_gate import StatementGate, connections_back
 from tests.statement_gate import checked_out as in_use
@@ -169,7 +170,8 @@ def _open(facade: str, url: str) -> Store:
 
 def checked_out(store: Store) -> int:
     """Connections of the store's pool in use right now: checked out, less those the sync
-    store keeps idle between its transactions (at most ``a2sql.pooled.KEEP_IDLE``)."""
+    store keeps idle between its transactions (at most
+    ``a2sql.execution.transactions.KEEP_IDLE``)."""
     if isinstance(store, BlockingAsyncStore):
         async_store = store.async_store
         on_loop = async_store._on_loop  # idle between the calls sent from the loop

@@ -25,7 +25,7 @@ from sqlalchemy import Engine, create_engine, event, text
 
 import a2sql
 from a2sql import A2Error, ClaimRef, Completion, ErrorCode, NewEvent, Store
-from a2sql.direct import observed
+from a2sql.execution.raw import observed
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -234,7 +234,7 @@ def test_handle_error_sees_a2sqls_failures(url: str) -> None:
 def test_what_makes_an_engine_observed(tmp_path: Path) -> None:
     """Store's SQLite transactions run on the driver's cursor only while nothing could
     tell: any connection or dialect listener, SQL logging, or engine execution options
-    send them through ``Connection.execute`` (``a2sql.direct.observed``)."""
+    send them through ``Connection.execute`` (``a2sql.execution.raw.observed``)."""
 
     def fresh() -> Engine:
         return create_engine(f"sqlite:///{tmp_path / 'a2.db'}")

@@ -1,4 +1,4 @@
-"""a2sql.wire: a transaction's statements written to PostgreSQL at once, their answers
+"""a2sql.execution.wire: a transaction's statements written to PostgreSQL at once, their answers
 read back as psycopg's cursors would give them, and a failure as a cursor raises it."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine
 
-from a2sql.config import resolve_url
+from a2sql.api.config import resolve_url
 
 psycopg = pytest.importorskip("psycopg")
 from psycopg import pq  # noqa: E402
 
-from a2sql.wire import Wire  # noqa: E402
+from a2sql.execution.wire import Wire  # noqa: E402
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def test_an_explicit_transaction_that_failed_is_left_to_roll_back(
 def test_a_connection_that_never_prepares_sends_its_statements_unnamed(
     connection: Any,
 ) -> None:
-    """As behind a pooler (a2sql.preparation unsets ``prepare_threshold`` there), or on
+    """As behind a pooler (a2sql.execution.pooler unsets ``prepare_threshold`` there), or on
     an engine made with ``prepare_threshold=None``: nothing is prepared on the server."""
     driver = connection
     driver.prepare_threshold = None

@@ -7,10 +7,10 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
+from a2sql.api.config import build_engine, resolve_url
 from a2sql.backends import backend_of
-from a2sql.config import build_engine, resolve_url
 from a2sql.migrate import VERSION_TABLE, lock_for_migration
-from a2sql.schema import metadata
+from a2sql.sql.schema import metadata
 
 config = context.config
 

@@ -36,9 +36,9 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import Insert
 
 from a2sql.backends.column_types import Timestamp
-from a2sql.errors import A2Error, invalid
-from a2sql.execute import Transaction
-from a2sql.schema import events, presence, retired_attempts, snapshots
+from a2sql.core.errors import A2Error, invalid
+from a2sql.execution.executor import Transaction
+from a2sql.sql.schema import events, presence, retired_attempts, snapshots
 
 # What a2sql's writes on a connection whose driver commits each statement would not do.
 UNHELD = "so a2sql's writes would not commit or roll back with yours"
@@ -67,7 +67,7 @@ class Capabilities:
     update_returning: bool
     # Indexes over the rows a ``WHERE`` selects.
     partial_indexes: bool
-    # The hot writes' common case in one statement sent with its lock (a2sql.ops.fused):
+    # The hot writes' common case in one statement sent with its lock (a2sql.sql.queries.fused):
     # where a round trip to a server costs more than the statement.
     one_statement_writes: bool
     # The server checks that stored JSON is JSON (``jsonb``).
@@ -96,11 +96,11 @@ class Backend:
     drivers: ClassVar[tuple[str, ...]]
     async_driver: ClassVar[str]
     # The driver a2sql runs statements on directly, past SQLAlchemy's
-    # ``Connection`` (a2sql.direct), and the paramstyle it builds for.
+    # ``Connection`` (a2sql.execution.raw), and the paramstyle it builds for.
     direct_driver: ClassVar[tuple[str, str] | None] = None
     # Whether the direct path opens and ends its transactions with statements of
     # its own (``BEGIN``, ``COMMIT``: SQLite), rather than the driver in
-    # autocommit mode with a2sql's pipelines (a2sql.direct).
+    # autocommit mode with a2sql's pipelines (a2sql.execution.raw).
     direct_begins_itself: ClassVar[bool] = False
     # Whether ``ALTER TABLE`` changes a table in place; where not (SQLite),
     # migrations copy the table and move it (Alembic's batch mode).
@@ -138,7 +138,7 @@ class Backend:
         self, session_id: str, *, announce: bool, lock_timeout_ms: int
     ) -> tuple[Select[Any], dict[str, Any]]:
         """``lock_session``'s statement in a transaction of a2sql's own, and its
-        parameters (PostgreSQL: sent ahead of a fused statement, a2sql.ops.fused)."""
+        parameters (PostgreSQL: sent ahead of a fused statement, a2sql.sql.queries.fused)."""
         raise NotImplementedError
 
     def own_try_lock(
@@ -152,7 +152,7 @@ class Backend:
     def announcement(self, session_id: str) -> tuple[Select[Any], dict[str, Any]]:
         """A statement that wakes other processes' streams of the session, in a
         transaction of its own sent right after one that committed with its lock
-        taken without ``announce`` (PostgreSQL, a2sql.calls)."""
+        taken without ``announce`` (PostgreSQL, a2sql.core.operations)."""
         raise NotImplementedError
 
     def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
@@ -172,7 +172,7 @@ class Backend:
 
     def _build_upserts(self, insert: Any) -> None:
         # delete_session: keep the session's highest attempt number, where one was
-        # claimed (a2sql.schema), never lowering it. Its events' attempt counts
+        # claimed (a2sql.sql.schema), never lowering it. Its events' attempt counts
         # started at the one kept before, so the highest of them is never below it.
         last_attempt = (
             select(events.c.session_id, func.max(events.c.attempt_count))
@@ -298,7 +298,8 @@ class Backend:
     # --- statements -----------------------------------------------------------------
 
     def read_once(self, element: Any, compiler: SQLCompiler, **kw: Any) -> str:
-        """``column IN (rows)`` of a2sql.ops.claims.ReadOnce, as this engine reads it once."""
+        """``column IN (rows)`` of a2sql.sql.queries.claims.ReadOnce, as this engine reads
+        it once."""
         return compiler.process(element.column.in_(element.rows), **kw)
 
     def under_prefix_by_age(
@@ -306,7 +307,7 @@ class Backend:
     ) -> Select[Any]:
         """``statement`` kept to keys from ``:lower`` (inclusive) to ``:upper`` (exclusive),
         each bound where given, for a read that walks claimable events in age order
-        (a2sql.ops.dispatch): a range, checked on the index's entries as it walks."""
+        (a2sql.sql.queries.dispatch): a range, checked on the index's entries as it walks."""
         if lower:
             statement = statement.where(key >= bindparam("lower"))
         if upper:

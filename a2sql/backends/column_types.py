@@ -18,8 +18,8 @@ from sqlalchemy.sql.elements import BindParameter, ColumnElement
 from sqlalchemy.sql.expression import cast, type_coerce
 from sqlalchemy.types import TypeDecorator, TypeEngine, UserDefinedType
 
-from a2sql.errors import A2Error, ErrorCode
-from a2sql.jsontext import decode_json
+from a2sql.core.errors import A2Error, ErrorCode
+from a2sql.core.jsontext import decode_json
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -136,7 +136,7 @@ class JSONText(TypeDecorator[Any]):
     def column_expression(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
         # PostgreSQL's json is read as text and decoded by a2sql, not by the
         # driver: json.loads fails on ints past Python's digit limit, which a
-        # process can lower below what a2sql stores (a2sql.jsontext).
+        # process can lower below what a2sql stores (a2sql.core.jsontext).
         if not isinstance(self.impl_instance, _PostgresJSON):
             return column  # SQLite: text already
         return type_coerce(cast(column, Text), self)

@@ -24,12 +24,12 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from a2sql import execute
 from a2sql.backends.base import Backend, Capabilities
 from a2sql.backends.column_types import Timestamp
 from a2sql.backends.registry import register
-from a2sql.errors import invalid
-from a2sql.execute import Transaction
+from a2sql.core.errors import invalid
+from a2sql.execution import executor as execute
+from a2sql.execution.executor import Transaction
 
 # LISTEN/NOTIFY wakes streams; polling only covers a lost notification.
 POLL_INTERVAL_S = 2.0
@@ -48,7 +48,7 @@ SESSION_LOCK_CLASS = 0x6132
 # The setting through which a transaction that only tried the session's lock
 # tells its next statement whether it got it ('true'): set for the
 # transaction only, so it survives a transaction pooler; outside such a
-# transaction it is unset or empty (a2sql.ops.fused).
+# transaction it is unset or empty (a2sql.sql.queries.fused).
 GRANTED_SETTING = "a2sql.granted"
 # Whether the lock was granted, as a statement after the try reads it. Unset,
 # as on a connection that never tried, it reads as NULL: not granted. A test
@@ -156,7 +156,7 @@ class PostgresBackend(Backend):
 
     def read_once(self, element: Any, compiler: SQLCompiler, **kw: Any) -> str:
         # Computed once, before any row is read (an InitPlan): no join the planner
-        # could run as a nested loop over a backlog (a2sql.ops.claims.ReadOnce).
+        # could run as a nested loop over a backlog (a2sql.sql.queries.claims.ReadOnce).
         array = func.array(element.rows.scalar_subquery())
         return compiler.process(element.column == any_(array), **kw)
 

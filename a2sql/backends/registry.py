@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import URL
 from sqlalchemy.engine import Dialect
 
-from a2sql.errors import invalid
+from a2sql.core.errors import invalid
 
 if TYPE_CHECKING:
     from a2sql.backends.base import Backend

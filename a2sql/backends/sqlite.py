@@ -12,12 +12,12 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql import ColumnElement
 
-from a2sql import begin
+from a2sql.backends import sqlite_begin as begin
 from a2sql.backends.base import NOT_AUTOCOMMIT, UNHELD, Backend, Capabilities
 from a2sql.backends.registry import register
 from a2sql.backends.sqlite_file import file_of, make_ready
-from a2sql.errors import A2Error, invalid
-from a2sql.execute import Transaction
+from a2sql.core.errors import A2Error, invalid
+from a2sql.execution.executor import Transaction
 
 # No cross-process wake-up on SQLite: streams poll, briefly.
 POLL_INTERVAL_S = 0.1
@@ -123,7 +123,7 @@ class SqliteBackend(Backend):
     def lock_session(
         self, tx: Transaction, session_id: str, *, announce: bool, lock_timeout_ms: int | None
     ) -> None:
-        # BEGIN IMMEDIATE (a2sql.begin) already holds the database's write lock,
+        # BEGIN IMMEDIATE (a2sql.backends.sqlite_begin) already holds the database's write lock,
         # waiting for it up to the busy timeout, and other processes' streams poll.
         return None
 

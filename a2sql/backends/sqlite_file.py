@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import URL
 
-from a2sql.errors import A2Error, ErrorCode, invalid
+from a2sql.core.errors import A2Error, ErrorCode, invalid
 
 # Folders and database files a2sql creates itself are its user's alone:
 # sessions hold whatever the application put in them.

@@ -14,8 +14,8 @@ from a2sql.cli.reading import dead_letters, events, session, sessions, status, t
 from a2sql.cli.repairs import delete, prune, retry, skip
 from a2sql.cli.schema import migrate, stamp
 from a2sql.cli.worker import worker
-from a2sql.errors import DRIVER_FAILURES, A2Error, from_driver_error
-from a2sql.escaping import printable
+from a2sql.core.errors import DRIVER_FAILURES, A2Error, from_driver_error
+from a2sql.core.escaping import printable
 
 
 @click.group(

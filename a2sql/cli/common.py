@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 import click
 from sqlalchemy import URL
 
+from a2sql.api.config import DEFAULT_URL, ENV_URL, resolve_url
+from a2sql.api.store import Store
 from a2sql.backends import database_file
-from a2sql.config import DEFAULT_URL, ENV_URL, resolve_url
-from a2sql.escaping import command_line, printable
-from a2sql.store import Store
-from a2sql.urls import shown_url
+from a2sql.core.escaping import command_line, printable
+from a2sql.core.urls import shown_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -140,7 +140,7 @@ def confirm(question: str) -> None:
 def opened(url: str | None, listen: str | None = None) -> Iterator[Store]:
     """The store at ``url`` (resolved like ``create_store``), closed afterwards;
     ``listen``: the ``--listen`` option."""
-    from a2sql.create import create_store
+    from a2sql.api.opening import create_store
 
     with create_store(existing(url), listen=listen_argument(listen)) as store:
         yield store

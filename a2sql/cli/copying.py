@@ -10,15 +10,15 @@ import click
 from sqlalchemy import URL, Engine
 
 from a2sql import migrate as migrations
-from a2sql import transfer
+from a2sql.api import copying as transfer
+from a2sql.api.config import build_engine
+from a2sql.api.store import Store
 from a2sql.backends import database_file
 from a2sql.cli.common import CANNOT_RUN, CommandFailed, existing, json_option, plural
 from a2sql.cli.output import Output
-from a2sql.config import build_engine
-from a2sql.errors import listed
-from a2sql.escaping import command_line
-from a2sql.store import Store
-from a2sql.urls import shown_url
+from a2sql.core.errors import listed
+from a2sql.core.escaping import command_line
+from a2sql.core.urls import shown_url
 
 
 def _engine(resolved: URL) -> tuple[Engine, str]:
@@ -42,7 +42,7 @@ def _same_database(source: URL, destination: URL) -> bool:
 @contextmanager
 def _stores(source_url: str, destination_url: str) -> Iterator[tuple[Store, Store, str, str]]:
     """Both stores, after checking that both databases are at this a2sql's revision."""
-    from a2sql.create import create_store
+    from a2sql.api.opening import create_store
 
     head = migrations.head_revision()
     source_resolved = existing(source_url, "source")

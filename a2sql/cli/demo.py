@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from a2sql import migrate as migrations
+from a2sql.api.store import Store
 from a2sql.cli.common import shown, url_option
 from a2sql.cli.output import Output
 from a2sql.cli.states import STATE_STYLES, event_state
-from a2sql.escaping import command_line
-from a2sql.records import Event, NewEvent
-from a2sql.store import Store
+from a2sql.core.escaping import command_line
+from a2sql.core.records import Event, NewEvent
 
 if TYPE_CHECKING:  # the worker is imported when the demo runs, not with every command
     from a2sql.worker import Attempt
@@ -89,8 +89,8 @@ def _watch(out: Output, store: Store, session_id: str, finished: threading.Event
 
 def run_demo(url: str | None) -> None:
     """The ``demo`` command's work."""
-    from a2sql.create import create_store
-    from a2sql.reducers import reduce
+    from a2sql.api.opening import create_store
+    from a2sql.api.reducers import reduce
     from a2sql.worker import Backoff, Worker
 
     out = Output()

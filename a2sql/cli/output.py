@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from a2sql.escaping import json_printable, printable
+from a2sql.core.escaping import json_printable, printable
 
 
 def iso(value: datetime | None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from a2sql import migrate as migrations
+from a2sql.api.store import Store
 from a2sql.cli.common import (
     CommandFailed,
     Whole,
@@ -16,9 +17,8 @@ from a2sql.cli.common import (
 )
 from a2sql.cli.output import Output, age, iso
 from a2sql.cli.states import STATE_STYLES, event_state, first_line
-from a2sql.escaping import command_line
-from a2sql.records import SessionSummary, StoredEvent
-from a2sql.store import Store
+from a2sql.core.escaping import command_line
+from a2sql.core.records import SessionSummary, StoredEvent
 
 
 @click.command()

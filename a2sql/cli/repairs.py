@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import click
 
+from a2sql.api.store import Store
 from a2sql.cli.common import (
     EVENT_INDEX,
     Age,
@@ -20,9 +21,8 @@ from a2sql.cli.common import (
     url_option,
 )
 from a2sql.cli.output import Output, iso
-from a2sql.errors import A2Error, ErrorCode
-from a2sql.records import PruneResult, RetryResult, SkipResult
-from a2sql.store import Store
+from a2sql.core.errors import A2Error, ErrorCode
+from a2sql.core.records import PruneResult, RetryResult, SkipResult
 
 YES_HELP = "Delete without asking (asked only on a terminal; needed elsewhere)."
 

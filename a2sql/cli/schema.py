@@ -11,6 +11,7 @@ from sqlalchemy import URL, create_engine
 from sqlalchemy.pool import NullPool
 
 from a2sql import migrate as migrations
+from a2sql.api.config import build_engine, resolve_url
 from a2sql.backends import database_file
 from a2sql.cli.common import (
     NO_DATABASE,
@@ -22,9 +23,8 @@ from a2sql.cli.common import (
     url_option,
 )
 from a2sql.cli.output import Output
-from a2sql.config import build_engine, resolve_url
-from a2sql.escaping import command_line
-from a2sql.urls import shown_url
+from a2sql.core.escaping import command_line
+from a2sql.core.urls import shown_url
 
 
 @click.command()

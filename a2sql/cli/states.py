@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from a2sql.cli.output import iso
-from a2sql.records import EventPage, StoredEvent
+from a2sql.core.records import EventPage, StoredEvent
 
 
 def first_line(text: str | None) -> str:

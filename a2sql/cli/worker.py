@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from a2sql.cli.common import listen_option, url_option
-from a2sql.validate import MAX_TTL_MS
+from a2sql.core.arguments import MAX_TTL_MS
 from a2sql.worker.policy import MAX_CONCURRENCY, MAX_SECONDS
 
 

@@ -19,9 +19,9 @@ from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from a2sql.aio import AsyncPresence, AsyncStore
-from a2sql.errors import A2Error
-from a2sql.records import ClaimRef, NewEvent, StateRead, StoredEvent
+from a2sql.api.async_store import AsyncPresence, AsyncStore
+from a2sql.core.errors import A2Error
+from a2sql.core.records import ClaimRef, NewEvent, StateRead, StoredEvent
 from a2sql.worker.outcome import HandlerTimeout, Outcome, Returned, timeout_error
 from a2sql.worker.policy import (
     Backoff,

@@ -10,7 +10,7 @@ from typing import Any, TypeAlias
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from a2sql.records import NewEvent
+from a2sql.core.records import NewEvent
 
 #: ``Outcome.write`` for a ``Worker``: the app's writes on the completion's connection.
 Write: TypeAlias = Callable[[Connection], Any]

@@ -18,9 +18,9 @@ from typing import Literal, Protocol, TypeAlias
 
 from sqlalchemy.exc import DBAPIError
 
-from a2sql import validate
-from a2sql.errors import A2Error, ErrorCode, invalid
-from a2sql.records import ClaimRef, NewEvent, StoredEvent
+from a2sql.core import arguments as validate
+from a2sql.core.errors import A2Error, ErrorCode, invalid
+from a2sql.core.records import ClaimRef, NewEvent, StoredEvent
 from a2sql.worker.outcome import Outcome
 
 log = logging.getLogger("a2sql.worker")

@@ -14,8 +14,8 @@ from contextlib import suppress
 from typing import Any, TypeAlias
 
 from a2sql.cli.common import listen_argument
-from a2sql.errors import A2Error, ErrorCode
-from a2sql.urls import shown_url
+from a2sql.core.errors import A2Error, ErrorCode
+from a2sql.core.urls import shown_url
 
 log = logging.getLogger("a2sql.worker")
 
@@ -77,7 +77,7 @@ def serve(options: dict[str, Any], on_start: Callable[[StopWorker], None] | None
     }
     if inspect.iscoroutinefunction(handler):
         return asyncio.run(_serve_async(options, handler, settings, on_start))
-    from a2sql.create import create_store
+    from a2sql.api.opening import create_store
     from a2sql.worker.threaded import Worker
 
     with create_store(options["url"], listen=listen_argument(options["listen"])) as store:
@@ -95,7 +95,7 @@ async def _serve_async(
     settings: dict[str, Any],
     on_start: Callable[[StopWorker], None] | None,
 ) -> int:
-    from a2sql.create import create_async_store
+    from a2sql.api.opening import create_async_store
     from a2sql.worker.aio import AsyncWorker
 
     store = create_async_store(options["url"], listen=listen_argument(options["listen"]))

@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 
-from a2sql.errors import A2Error
-from a2sql.records import ClaimRef, NewEvent, StateRead, StoredEvent
-from a2sql.store import Presence, Store
+from a2sql.api.store import Presence, Store
+from a2sql.core.errors import A2Error
+from a2sql.core.records import ClaimRef, NewEvent, StateRead, StoredEvent
 from a2sql.worker.outcome import HandlerTimeout, Outcome, Returned, timeout_error
 from a2sql.worker.policy import (
     Backoff,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import a2sql
 from a2sql import NewEvent, Store
-from a2sql.escaping import command_line
+from a2sql.core.escaping import command_line
 from tests.cli.conftest import run_a2sql
 
 

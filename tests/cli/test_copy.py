@@ -11,7 +11,7 @@ from pathlib import Path
 
 import a2sql
 from a2sql import NewEvent, Store
-from a2sql.records import StoredEvent
+from a2sql.core.records import StoredEvent
 from a2sql.testing import FakeClock
 from tests.cli.conftest import Cli, run_a2sql
 

@@ -16,7 +16,7 @@ import pytest
 
 import a2sql
 from a2sql import NewEvent
-from a2sql.escaping import command_line, printable
+from a2sql.core.escaping import command_line, printable
 from tests.cli.conftest import Cli
 
 # An OSC that sets the window title, a screen clear, an 8-bit CSI, a bell, a

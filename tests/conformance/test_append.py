@@ -9,7 +9,7 @@ import pytest
 
 import a2sql
 from a2sql import A2Error, ErrorCode, EventCause, NewEvent, Store
-from a2sql.records import JSON
+from a2sql.core.records import JSON
 from a2sql.testing import FakeClock
 
 START = datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)

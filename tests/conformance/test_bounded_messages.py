@@ -7,7 +7,7 @@ megabytes: logs, tracebacks and error reporters carry the message whole.
 from __future__ import annotations
 
 from a2sql import A2Error, ErrorCode, NewEvent, Store
-from a2sql.errors import LISTED_AT_MOST
+from a2sql.core.errors import LISTED_AT_MOST
 
 LONG_ID = "x" * 240
 MANY = 5_000

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import update
 
 from a2sql import A2Error, ErrorCode, FailResult, NewEvent, Store
-from a2sql.schema import events as events_table
+from a2sql.sql.schema import events as events_table
 from a2sql.testing import FakeClock
 from tests.async_adapter import execute_sql
 

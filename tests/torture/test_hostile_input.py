@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 from a2sql import JSON, A2Error, ClaimRef, ErrorCode, EventCause, NewEvent, Store
-from a2sql.schema import events, presence, snapshots
+from a2sql.sql.schema import events, presence, snapshots
 from tests.async_adapter import BlockingAsyncStore
 
 # Errors the contract gives for well-formed input (SPEC §3, §4).
@@ -800,7 +800,7 @@ def test_a_huge_exclude_list_is_not_a_database_failure(store: Store) -> None:
 
 # The giants below take seconds each. They run where the SQL they send differs:
 # a SQLite memory database gets the same statements as a file, and the async
-# facade runs Store's own code whole on a sync engine (a2sql.handoff), so
+# facade runs Store's own code whole on a sync engine (a2sql.execution.threads), so
 # those cases would repeat the sync ones at the same size.
 _WHERE_THE_SQL_DIFFERS = (
     pytest.mark.parametrize("engine_kind", ["sqlite_file", "postgres"], indirect=True),

@@ -21,8 +21,8 @@ from sqlalchemy.pool import NullPool
 
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent, Store
-from a2sql.config import resolve_url
-from a2sql.schema import events as E
+from a2sql.api.config import resolve_url
+from a2sql.sql.schema import events as E
 from bench.torture.common import scratch_target
 from bench.torture.driver import WorkersConfig, run_workers
 from bench.torture.private_postgres import private_postgres, unavailable_reason

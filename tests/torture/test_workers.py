@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import delete, update
 
 import a2sql
-from a2sql.schema import events as E
+from a2sql.sql.schema import events as E
 from bench.torture.checks import RunFacts, WorkerRunCheck
 from bench.torture.common import Report, Target, read_logs
 from bench.torture.driver import WorkersConfig, run_workers

@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 
 import a2sql
 from a2sql import NewEvent, Store
-from a2sql.schema import events
+from a2sql.sql.schema import events
 from bench.worker_trial import kill_holding_a_claim, load_app, write_app
 from tests.worker.test_processes import (
     a2sql_worker,

@@ -19,7 +19,7 @@ down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Written out rather than taken from a2sql.schema: a revision must keep
+# Written out rather than taken from a2sql.sql.schema: a revision must keep
 # creating the schema as it was, whatever the metadata becomes later.
 UNPROCESSED = "processed_at is null"
 DISPATCHABLE_SQLITE = "lane_ready = 1 and processed_at is null and failed_at is null"

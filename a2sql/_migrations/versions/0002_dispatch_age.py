@@ -17,7 +17,7 @@ down_revision: str | None = "0001_baseline"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Written out rather than taken from a2sql.schema, as in the baseline.
+# Written out rather than taken from a2sql.sql.schema, as in the baseline.
 DISPATCHABLE_SQLITE = "lane_ready = 1 and processed_at is null and failed_at is null"
 DISPATCHABLE_POSTGRES = "lane_ready and processed_at is null and failed_at is null"
 

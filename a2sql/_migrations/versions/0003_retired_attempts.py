@@ -6,7 +6,7 @@ Create Date: 2026-12-06
 
 delete_session and prune record there, per session id, the highest attempt
 number the deleted session issued; events appended under the id again start
-their attempt count there (a2sql.schema). Sessions deleted before this
+their attempt count there (a2sql.sql.schema). Sessions deleted before this
 revision left no row: their attempts are not known any more.
 """
 
