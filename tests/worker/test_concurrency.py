@@ -276,7 +276,14 @@ def test_async_concurrency_runs_that_many_tasks_and_keeps_lanes(url: str) -> Non
 
         async def handler(attempt: AsyncAttempt) -> None:
             running.enter(attempt)
-            await asyncio.sleep(0.1)
+            # The first handlers wait until eight run at once, or long enough to show
+            # they never will: the peak then says how many tasks the worker runs,
+            # however long its claims take on a loaded machine (a fixed 100 ms let
+            # the first finish before the eighth began, and the peak read 7).
+            deadline = time.monotonic() + 10
+            while running.peak < 8 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)
             running.leave(attempt)
 
         worker = AsyncWorker(store, handler, concurrency=8, poll_interval=0.05)
