@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError
 
 from a2sql.api.store import Store
 from a2sql.core.errors import is_event_id_collision
-from a2sql.core.operations import Call
+from a2sql.core.plans import Plan
 from a2sql.core.records import SessionSummary, SnapshotInfo
 from a2sql.execution import executor as execute
 from a2sql.execution.executor import Transaction
@@ -95,7 +95,7 @@ def read_session(source: Store, session_id: str) -> SessionRows:
             _rows(tx, READ_SNAPSHOTS, session_id, [c.name for c in S.c]),
         )
 
-    return source._run(Call(run, read_only=True))
+    return source._run(Plan(run, read_only=True))
 
 
 def write_session(destination: Store, rows: SessionRows) -> bool:
@@ -120,7 +120,7 @@ def write_session(destination: Store, rows: SessionRows) -> bool:
         return True
 
     # lock_session: the destination's writers of this session wait for the copy.
-    return destination._run(Call(run, lock_session=rows.session_id))
+    return destination._run(Plan(run, lock_session=rows.session_id))
 
 
 def source_sessions(source: Store, prefix: str) -> Iterator[SessionSummary]:

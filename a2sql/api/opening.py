@@ -19,7 +19,7 @@ from a2sql.core import arguments as validate
 from a2sql.core.arguments import DEFAULT_MAX_JSON_CHARS, Limits
 from a2sql.core.clock import Clock, SystemClock, uuid7_id
 from a2sql.core.errors import DRIVER_FAILURES, A2Error, from_driver_error, invalid
-from a2sql.core.operations import Context
+from a2sql.core.plans import Context
 from a2sql.core.urls import shown_url
 from a2sql.execution.threads import SyncPath
 

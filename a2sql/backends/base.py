@@ -152,7 +152,7 @@ class Backend:
     def announcement(self, session_id: str) -> tuple[Select[Any], dict[str, Any]]:
         """A statement that wakes other processes' streams of the session, in a
         transaction of its own sent right after one that committed with its lock
-        taken without ``announce`` (PostgreSQL, a2sql.core.operations)."""
+        taken without ``announce`` (PostgreSQL, a2sql.execution.running)."""
         raise NotImplementedError
 
     def try_lock_session(self, tx: Transaction, session_id: str) -> bool:

@@ -47,9 +47,10 @@ from sqlalchemy.exc import OperationalError
 
 from a2sql.backends.sqlite_file import DatabaseFile
 from a2sql.core.errors import closed_store
-from a2sql.core.operations import Call, Context, run_in_transaction
+from a2sql.core.plans import Context, Plan
 from a2sql.execution.executor import Transaction
 from a2sql.execution.raw import DirectTransaction
+from a2sql.execution.running import run_in_transaction
 from a2sql.execution.transactions import KEEP_IDLE, PooledTransactions
 
 T = TypeVar("T")
@@ -70,7 +71,7 @@ class Job:
 
     __slots__ = ("_abandoned", "_committing", "_driver", "_lock", "call")
 
-    def __init__(self, call: Call[Any]) -> None:
+    def __init__(self, call: Plan[Any]) -> None:
         self.call = call
         self._lock = threading.Lock()
         self._abandoned = False
@@ -202,7 +203,7 @@ class SyncPath:
         # connection back).
         self._handed: set[Future[Any]] = set()
 
-    async def run(self, ctx: Context, call: Call[T]) -> T:
+    async def run(self, ctx: Context, call: Plan[T]) -> T:
         """``call`` in one transaction: committed, or rolled back and raised."""
         if self._inline is not None:
             # Run inline, the call would never suspend: a task looping on the

@@ -8,7 +8,7 @@ next event and insert what the handler returned; claim, or say until when
 nothing is free; count a failure. The statement writes only when its answer
 is final. When its answer is not (an id is already taken, the attempt no
 longer holds the event), it writes nothing, its ``answer`` is ``None`` and the
-call's full path runs and says why, reading what it needs (a2sql.core.operations).
+call's full path runs and says why, reading what it needs (a2sql.execution.running).
 
 In a transaction of a2sql's own the statement first goes out ``guarded``,
 right behind a lock statement that only tries the session's lock (never
@@ -23,7 +23,7 @@ granted (``GRANTED``) and nothing it follows carries a time later than its
 ``now``: the session's last event, the attempt's claim, the events a claim
 takes (how each became free). A writer that went ahead between the clock's
 reading and the lock therefore makes it write nothing, and the call runs
-again after the lock (a2sql.core.operations): on the direct path BEGIN and the lock,
+again after the lock (a2sql.execution.running): on the direct path BEGIN and the lock,
 then, once granted, the clock read and the unguarded statement with COMMIT,
 in two round trips. In the caller's transaction the statement follows the
 lock as any other.
