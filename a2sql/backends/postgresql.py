@@ -28,7 +28,6 @@ from a2sql.backends.base import Backend, Capabilities
 from a2sql.backends.column_types import Timestamp
 from a2sql.backends.registry import register
 from a2sql.core.errors import invalid
-from a2sql.execution import executor as execute
 from a2sql.execution.executor import Transaction
 
 # LISTEN/NOTIFY wakes streams; polling only covers a lost notification.
@@ -164,11 +163,9 @@ class PostgresBackend(Backend):
         self, tx: Transaction, session_id: str, *, announce: bool, lock_timeout_ms: int | None
     ) -> None:
         if lock_timeout_ms is not None:
-            execute.run(
-                tx, *self.own_lock(session_id, announce=announce, lock_timeout_ms=lock_timeout_ms)
-            )
+            tx.run(*self.own_lock(session_id, announce=announce, lock_timeout_ms=lock_timeout_ms))
             return
-        [(level, *_)] = execute.rows(tx, self._callers_lock[announce], {"sid": session_id})
+        [(level, *_)] = tx.rows(self._callers_lock[announce], {"sid": session_id})
         _check_isolation(level)
 
     def own_lock(
@@ -185,11 +182,11 @@ class PostgresBackend(Backend):
         return self._announcement, {"sid": session_id}
 
     def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
-        [(locked,)] = execute.rows(tx, self._try_lock, {"sid": session_id})
+        [(locked,)] = tx.rows(self._try_lock, {"sid": session_id})
         return bool(locked)
 
     def check_isolation(self, tx: Transaction) -> None:
-        [(level,)] = execute.rows(tx, self._isolation_level, {})
+        [(level,)] = tx.rows(self._isolation_level, {})
         _check_isolation(level)
 
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:

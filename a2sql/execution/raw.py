@@ -296,7 +296,10 @@ class HeldConnection:
 
 
 class DirectTransaction:
-    """One a2sql transaction on a held driver connection's cursor."""
+    """One a2sql transaction on a held driver connection's cursor: an ``Executor``
+    (a2sql.execution.executor) that sends a plan whole."""
+
+    sends_whole = True
 
     __slots__ = (
         "_cursor",
@@ -465,12 +468,24 @@ class DirectTransaction:
         found = self.send(sql, arguments, fetch=prepared.fetch)
         return prepared.rows(found) if found else found
 
+    def first(self, statement: Executable, params: Params) -> Row | None:
+        found = self.rows(statement, params)
+        return found[0] if found else None
+
+    def run(self, statement: Executable, params: Params) -> None:
+        self.rows(statement, params)
+
     def count(self, statement: Executable, params: Params) -> int:
         """Run a statement that returns no rows; how many rows it changed."""
         self.rows(statement, params)
         return int(self._cursor.rowcount)
 
     def run_many(self, statement: Executable, many: Sequence[Params]) -> None:
+        if len(many) == 1:
+            self.rows(statement, many[0])
+            return
+        if not many:
+            return
         prepared = self._prepare(statement)
         assert prepared.shapes is None, "executemany takes no expanding parameters"
         self.send(prepared.sql, [prepared.arguments(params)[1] for params in many], many=True)

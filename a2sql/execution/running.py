@@ -20,11 +20,10 @@ from sqlalchemy.exc import DBAPIError
 
 from a2sql.core.errors import is_event_id_collision
 from a2sql.core.plans import Context, Plan
-from a2sql.execution import executor as execute
 from a2sql.execution.callers import check_connection, refusal
-from a2sql.execution.executor import AnyRow, Transaction
+from a2sql.execution.executor import AnyRow, ConnectionExecutor, Transaction
 from a2sql.execution.pooler import unprepared_behind_pooler
-from a2sql.execution.raw import DirectTransaction, Params
+from a2sql.execution.raw import Params
 from a2sql.sql.queries.fused import Fused
 
 T = TypeVar("T")
@@ -55,7 +54,7 @@ def _fused_first(connection: Transaction, ctx: Context, call: Plan[T]) -> T:
     one transaction, unless the caller decides the commit). When that wrote nothing,
     the call after the lock: its clock read anew, its fused statement, then the full
     path if that wrote nothing either. A session found contended skips the first."""
-    commit = type(connection) is DirectTransaction and not connection.commits_later
+    commit = connection.sends_whole and not connection.commits_later
     session = call.lock_session
     assert session is not None
     contended = commit and is_contended(ctx, session)
@@ -152,7 +151,7 @@ def _fused(
         return (fused.guarded if tried else fused.statement), fused.params
 
     with collisions(built):
-        if type(connection) is DirectTransaction:
+        if connection.sends_whole:
             if tried:  # the clock read now, before the lock
                 ready = statement()
                 rows = connection.pipeline(
@@ -163,8 +162,8 @@ def _fused(
                     lock, statement, wait_for_lock=True, commit=commit, then=then
                 )
         else:
-            execute.run(connection, *lock)
-            rows = execute.rows(connection, *statement())
+            connection.run(*lock)
+            rows = connection.rows(*statement())
     return built[0].answer(rows)
 
 
@@ -173,7 +172,7 @@ def _run_locked(connection: Transaction, call: Plan[T]) -> T:
     if call.fused is not None:
         fused = call.fused()
         with collisions([fused]):
-            result = fused.answer(execute.rows(connection, fused.statement, fused.params))
+            result = fused.answer(connection.rows(fused.statement, fused.params))
         if result is not None:
             return result
     return call.run(connection)
@@ -195,7 +194,7 @@ def run_own_transaction(connection: Connection, ctx: Context, call: Plan[T]) -> 
     """``run_in_transaction`` in a transaction a2sql began itself with ``connection.begin()``."""
     ctx.backend.begin_own(connection, read_only=call.read_only, busy_timeout_ms=ctx.lock_timeout_ms)
     with unprepared_behind_pooler(connection):
-        return run_in_transaction(connection, ctx, call)
+        return run_in_transaction(ConnectionExecutor(connection), ctx, call)
 
 
 def run_in_savepoint(connection: Connection, ctx: Context, call: Plan[T]) -> T:
@@ -205,6 +204,7 @@ def run_in_savepoint(connection: Connection, ctx: Context, call: Plan[T]) -> T:
     rolls back to the savepoint, so the caller's transaction stays usable.
     """
     check_connection(connection, ctx.backend)
+    tx = ConnectionExecutor(connection)
     try:
         if not call.read_only:
             ctx.backend.hold_write_lock(connection, busy_timeout_ms=ctx.lock_timeout_ms)
@@ -213,14 +213,14 @@ def run_in_savepoint(connection: Connection, ctx: Context, call: Plan[T]) -> T:
                 # The caller's own lock timeout applies; the lock statement
                 # checks the transaction's isolation level.
                 ctx.backend.lock_session(
-                    connection,
+                    tx,
                     call.lock_session,
                     announce=call.added_events is not None,
                     lock_timeout_ms=None,
                 )
             elif not call.read_only:
-                ctx.backend.check_isolation(connection)
-            return _run_locked(connection, call)
+                ctx.backend.check_isolation(tx)
+            return _run_locked(tx, call)
     except DBAPIError as error:
         refused = refusal(error)
         if refused is None:

@@ -42,14 +42,13 @@ from contextlib import suppress
 from functools import partial
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from a2sql.backends.sqlite_file import DatabaseFile
 from a2sql.core.errors import closed_store
 from a2sql.core.plans import Context, Plan
 from a2sql.execution.executor import Transaction
-from a2sql.execution.raw import DirectTransaction
 from a2sql.execution.running import run_in_transaction
 from a2sql.execution.transactions import KEEP_IDLE, PooledTransactions
 
@@ -113,18 +112,11 @@ class Job:
                     self._driver.cancel_safe()
 
 
-def _driver_of(transaction: Transaction) -> Any:
-    if isinstance(transaction, Connection):  # SQL logging on: the Connection path
-        return transaction.connection.driver_connection
-    return transaction.driver_connection
-
-
 def _unless_abandoned(transaction: Transaction, ctx: Context, job: Job) -> Any:
-    if isinstance(transaction, DirectTransaction):
-        # The commit is decided here, after the statements: a pipeline leaves
-        # the transaction open (a2sql.sql.queries.fused).
-        transaction.commits_later = True
-    job.running_on(_driver_of(transaction))
+    # The commit is decided here, after the statements: a pipeline leaves the
+    # transaction open (a2sql.sql.queries.fused).
+    transaction.commits_later = True
+    job.running_on(transaction.driver_connection)
     try:
         result = run_in_transaction(transaction, ctx, job.call)
     finally:

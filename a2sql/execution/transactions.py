@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 from a2sql.backends import backend_of
 from a2sql.backends.sqlite_file import DatabaseFile
 from a2sql.execution import forks
-from a2sql.execution.executor import Transaction
+from a2sql.execution.executor import ConnectionExecutor, Transaction
 from a2sql.execution.pooler import unprepared_behind_pooler
 from a2sql.execution.raw import DirectTransaction, HeldConnection, can_run_directly, observed
 
@@ -112,7 +112,7 @@ class PooledTransactions:
                 connection, read_only=read_only, busy_timeout_ms=self._lock_timeout_ms
             )
             with unprepared_behind_pooler(connection):
-                return body(connection, context, call)
+                return body(ConnectionExecutor(connection), context, call)
 
     def _run_direct(
         self,
