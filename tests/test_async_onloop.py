@@ -17,7 +17,7 @@ from a2sql import AsyncStore, NewEvent
 from a2sql.core.plans import Plan
 from a2sql.execution.running import is_contended
 from a2sql.execution.settling import Settling
-from a2sql.execution.threads import SyncPath
+from a2sql.execution.threads import ThreadRunner
 from bench.round_trips import round_trips
 from tests.conftest import with_server_option
 from tests.holding import DEADLINE_S, ticking, wait_until_blocked_by
@@ -28,13 +28,13 @@ from tests.statement_gate import checked_out, connections_back
 def handed_off(monkeypatch: pytest.MonkeyPatch) -> list[Plan[Any]]:
     """Every call an AsyncStore hands to its sync path's thread, as it is run."""
     handed: list[Plan[Any]] = []
-    run = SyncPath.run
+    run = ThreadRunner.run
 
-    async def recording(self: SyncPath, ctx: Any, call: Plan[Any]) -> Any:
+    async def recording(self: ThreadRunner, ctx: Any, call: Plan[Any]) -> Any:
         handed.append(call)
         return await run(self, ctx, call)
 
-    monkeypatch.setattr(SyncPath, "run", recording)
+    monkeypatch.setattr(ThreadRunner, "run", recording)
     return handed
 
 

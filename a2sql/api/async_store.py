@@ -55,7 +55,7 @@ from a2sql.execution.connecting import opened
 from a2sql.execution.onloop import OnLoop
 from a2sql.execution.raw import observed
 from a2sql.execution.running import run_in_savepoint, run_own_transaction
-from a2sql.execution.threads import Abandoned, Job, SyncPath, decided
+from a2sql.execution.threads import Abandoned, Job, ThreadRunner, decided
 from a2sql.notify.wakeups import StoreWakeups
 
 T = TypeVar("T")
@@ -239,7 +239,7 @@ class AsyncOperations:
 
 
 def _release(
-    wakeups: StoreWakeups, sync_path: SyncPath | None, on_loop: OnLoop | None, *, wait: bool
+    wakeups: StoreWakeups, sync_path: ThreadRunner | None, on_loop: OnLoop | None, *, wait: bool
 ) -> None:
     """What closing an ``AsyncStore`` releases besides its asyncio engine (``wait``: until
     the listener's connection is closed; the sync path's connections once its calls
@@ -268,7 +268,7 @@ class AsyncStore(AsyncOperations):
         serialize: bool = False,
         database_file: DatabaseFile | None = None,
         listen_url: URL | None = None,
-        sync_path: SyncPath | None = None,
+        sync_path: ThreadRunner | None = None,
     ) -> None:
         self._engine = engine
         self._sync_path = sync_path
@@ -365,7 +365,7 @@ class AsyncStore(AsyncOperations):
             self._wakeups.wake(call.lock_session)
         return result
 
-    async def _whole_or_handed_off(self, sync_path: SyncPath, call: Plan[T]) -> T:
+    async def _whole_or_handed_off(self, sync_path: ThreadRunner, call: Plan[T]) -> T:
         """``call`` sent whole from the loop where it can be (a2sql.execution.onloop), else, or when
         that wrote nothing, handed to the sync path's thread."""
         on_loop, ctx = self._on_loop, self._ctx

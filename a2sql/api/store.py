@@ -45,7 +45,7 @@ from a2sql.core.records import (
     StoreTotals,
 )
 from a2sql.execution.running import run_in_savepoint, run_in_transaction
-from a2sql.execution.transactions import KEEP_IDLE, PooledTransactions
+from a2sql.execution.transactions import KEEP_IDLE, TransactionRunner
 from a2sql.notify.wakeups import StoreWakeups
 
 T = TypeVar("T")
@@ -262,7 +262,7 @@ class Store(Operations):
         self._closed = False
         self._wakeups = StoreWakeups(engine, listen_url)
         self._file = database_file
-        self._pooled = PooledTransactions(
+        self._pooled = TransactionRunner(
             engine,
             lock_timeout_ms=context.lock_timeout_ms,
             database_file=database_file,
@@ -408,7 +408,7 @@ class Store(Operations):
         self.close()
 
 
-def _release(wakeups: StoreWakeups, pooled: PooledTransactions, engine: Engine | None) -> None:
+def _release(wakeups: StoreWakeups, pooled: TransactionRunner, engine: Engine | None) -> None:
     """What closing a store releases (``engine``: its own, else ``None``)."""
     wakeups.stop(wait=False)
     pooled.close()

@@ -166,7 +166,7 @@ class Backend:
         """The latest of ``columns`` that are set; the first is never NULL."""
         raise NotImplementedError
 
-    def unestimated(self, value: BindParameter[Any]) -> ColumnElement[Any]:
+    def opaque_to_planner(self, value: BindParameter[Any]) -> ColumnElement[Any]:
         """``value``, hidden from the planner's estimates where it has any."""
         return value
 

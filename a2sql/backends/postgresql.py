@@ -193,7 +193,7 @@ class PostgresBackend(Backend):
         # greatest() skips NULLs.
         return func.greatest(*columns, type_=Timestamp())
 
-    def unestimated(self, value: BindParameter[Any]) -> ColumnElement[Any]:
+    def opaque_to_planner(self, value: BindParameter[Any]) -> ColumnElement[Any]:
         # A scalar subquery is a value the planner only learns when the
         # statement runs. A page of sessions under a prefix is a key range
         # (prefix, successor): estimated from the histogram, a prefix holding

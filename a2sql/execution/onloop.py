@@ -46,8 +46,8 @@ from a2sql.execution.pooler import answered_by_pooler, implicit_at
 from a2sql.execution.raw import (
     BEGIN_READ_COMMITTED,
     COMMIT,
-    DirectTransaction,
     Params,
+    RawTransaction,
     Row,
     prepared,
 )
@@ -126,7 +126,7 @@ class _Held:
                 rows = await wire.answer_async(self._ready)
         except driver.Error as error:  # psycopg's, whichever it is
             lost = bool(driver.broken or driver.closed)
-            raise DirectTransaction.wrap(
+            raise RawTransaction.wrap(
                 engine.sync_engine,
                 error,
                 f"{lock_sql};\n{sql}",
@@ -305,7 +305,7 @@ class OnLoop:
                     backend_pid, isolation = cast("tuple[int, str]", await cursor.fetchone())
             except driver.Error as error:  # lost since the pool's check, say
                 lost = bool(driver.broken or driver.closed)
-                raise DirectTransaction.wrap(
+                raise RawTransaction.wrap(
                     self._engine.sync_engine, error, _ASK, (), lost=lost
                 ) from error
         except BaseException:

@@ -15,7 +15,7 @@ lost connections invalidated as SQLAlchemy does it.
 after ``create_store``, sees every statement of every later transaction:
 those then run through ``Connection.execute``.
 
-A store holds a driver connection across many transactions (``HeldConnection``):
+A store holds a driver connection across many transactions (``KeptConnection``):
 its cursor is made once, and on PostgreSQL it stays in psycopg's autocommit
 mode while held, a2sql sending ``BEGIN`` and ``COMMIT`` itself (it rolls back
 through the driver), or neither for a transaction it sends whole in one
@@ -243,7 +243,7 @@ def prepared(statement: Executable, dialect: Dialect) -> Prepared:
     return found
 
 
-class HeldConnection:
+class KeptConnection:
     """A pooled driver connection while a store holds it, across its transactions.
 
     Set up when the store takes it from the pool, put back as it was by
@@ -295,7 +295,7 @@ class HeldConnection:
         pooled.close()
 
 
-class DirectTransaction:
+class RawTransaction:
     """One a2sql transaction on a held driver connection's cursor: an ``Executor``
     (a2sql.execution.executor) that sends a plan whole."""
 
@@ -315,7 +315,7 @@ class DirectTransaction:
         "sends_begin",
     )
 
-    def __init__(self, engine: Engine, held: HeldConnection) -> None:
+    def __init__(self, engine: Engine, held: KeptConnection) -> None:
         self._engine = engine
         self._held = held
         self._pooled = held.pooled

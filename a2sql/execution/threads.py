@@ -50,7 +50,7 @@ from a2sql.core.errors import closed_store
 from a2sql.core.plans import Context, Plan
 from a2sql.execution.executor import Transaction
 from a2sql.execution.running import run_in_transaction
-from a2sql.execution.transactions import KEEP_IDLE, PooledTransactions
+from a2sql.execution.transactions import KEEP_IDLE, TransactionRunner
 
 T = TypeVar("T")
 
@@ -167,7 +167,7 @@ def _busy(error: OperationalError) -> bool:
     return getattr(error.orig, "sqlite_errorname", None) == "SQLITE_BUSY"
 
 
-class SyncPath:
+class ThreadRunner:
     """An ``AsyncStore``'s own transactions on ``engine``, a sync engine of its database."""
 
     def __init__(self, engine: Engine, ctx: Context, database_file: DatabaseFile | None) -> None:
@@ -176,14 +176,14 @@ class SyncPath:
         # and only a write that finds the lock held goes to the one thread.
         one_writer = ctx.backend.capabilities.one_writer
         self._cancellable = ctx.backend.capabilities.cancellable_statements
-        self._waiting = PooledTransactions(
+        self._waiting = TransactionRunner(
             engine,
             lock_timeout_ms=ctx.lock_timeout_ms,
             database_file=database_file,
             keep_idle=1 if one_writer else KEEP_IDLE,
         )
         self._inline = (
-            PooledTransactions(engine, lock_timeout_ms=0, database_file=database_file, keep_idle=1)
+            TransactionRunner(engine, lock_timeout_ms=0, database_file=database_file, keep_idle=1)
             if one_writer
             else None
         )

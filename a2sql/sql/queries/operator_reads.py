@@ -152,7 +152,7 @@ def _summaries(backend: Backend, strict_lower: bool, bounded: bool) -> Select[An
         key > lower if strict_lower else key >= lower
     )
     if bounded:
-        statement = statement.where(key < backend.unestimated(bindparam("upper")))
+        statement = statement.where(key < backend.opaque_to_planner(bindparam("upper")))
     return statement.group_by(key).order_by(key).limit(bindparam("limit"))
 
 

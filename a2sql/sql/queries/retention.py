@@ -47,7 +47,7 @@ def _candidates(backend: Backend, bounded: bool) -> Select[Any]:
     key = E.c.session_id
     statement = select(key).where(key >= bindparam("lower"))
     if bounded:
-        statement = statement.where(key < backend.unestimated(bindparam("upper")))
+        statement = statement.where(key < backend.opaque_to_planner(bindparam("upper")))
     return (
         statement.group_by(key)
         .having(_settled_before(backend))
@@ -61,7 +61,7 @@ def _prunable_totals(backend: Backend, bounded: bool) -> Select[Any]:
     key = E.c.session_id
     found = select(key, func.count().label("events")).where(key >= bindparam("lower"))
     if bounded:
-        found = found.where(key < backend.unestimated(bindparam("upper")))
+        found = found.where(key < backend.opaque_to_planner(bindparam("upper")))
     settled = found.group_by(key).having(_settled_before(backend)).subquery("settled")
     snapshot_count = (
         select(func.count())
