@@ -49,14 +49,12 @@ from a2sql.sql.queries import append as append_ops
 from a2sql.sql.queries import attempts as attempt_ops
 from a2sql.sql.queries import claims as claim_ops
 from a2sql.sql.queries import dispatch as dispatch_ops
-from a2sql.sql.queries import fused as fused_ops
 from a2sql.sql.queries import operator_reads as inspect_ops
 from a2sql.sql.queries import presence as presence_ops
 from a2sql.sql.queries import repair as repair_ops
 from a2sql.sql.queries import retention as retention_ops
 from a2sql.sql.queries import state as state_ops
 from a2sql.sql.queries.events import ValidEvent
-from a2sql.sql.queries.fused import Fused
 
 T = TypeVar("T")
 
@@ -126,18 +124,11 @@ def append(ctx: Context, session_id: object, events: object) -> Plan[AppendResul
     batch = _valid_events(ctx, events, "events")
     if not batch:
         return Plan(lambda c: append_ops.has_pending(c, sid), read_only=True)
-    fused = None
-    if (
-        ctx.backend.capabilities.one_statement_writes
-        and fused_ops.fuses(batch)
-        and all(e.cause is None for e in batch)
-    ):
-        fused = lambda: fused_ops.append(sid, batch, now=ctx.now(), new_id=ctx.ids)  # noqa: E731
     return Plan(
         lambda c: append_ops.append(c, sid, batch, now=ctx.now(), new_id=ctx.ids),
         lock_session=sid,
         added_events=has_events,
-        fused=fused,
+        one_statement=ctx.backend.one_statement_append(ctx, sid, batch),
     )
 
 
@@ -180,21 +171,12 @@ def claim_available(
             limit=most,
         )
 
-    def fused() -> Fused[ClaimResult]:
-        now = ctx.now()
-        return fused_ops.claim_available(
-            sid,
-            holder=who,
-            now=now,
-            expires_at=expiry(now),
-            exclude_indexes=excluded,
-            limit=most,
-        )
-
     return Plan(
         run,
         lock_session=sid,
-        fused=fused if ctx.backend.capabilities.one_statement_writes else None,
+        one_statement=ctx.backend.one_statement_claim(
+            ctx, sid, holder=who, lease=expiry, exclude_indexes=excluded, limit=most
+        ),
     )
 
 
@@ -296,18 +278,13 @@ def complete_attempt(
 ) -> Plan[CompleteResult]:
     sid = validate.name(session_id, "session_id")
     at, att, batch = _valid_completion(ctx, index, attempt, events, "")
-    fused = None
-    if ctx.backend.capabilities.one_statement_writes and fused_ops.fuses(batch):
-        fused = lambda: fused_ops.complete(  # noqa: E731
-            sid, index=at, attempt=att, batch=batch, now=ctx.now(), new_id=ctx.ids
-        )
     return Plan(
         lambda c: attempt_ops.complete_attempt(
             c, sid, index=at, attempt=att, batch=batch, now=ctx.now(), new_id=ctx.ids
         ),
         lock_session=sid,
         added_events=has_events,
-        fused=fused,
+        one_statement=ctx.backend.one_statement_complete(ctx, sid, at, att, batch),
     )
 
 
@@ -383,22 +360,12 @@ def fail_attempt(
             retry_at=retry_at,
         )
 
-    def fused() -> Fused[FailResult]:
-        now = ctx.now()
-        return fused_ops.fail_attempt(
-            sid,
-            index=at,
-            attempt=att,
-            error=message,
-            max_failures=limit,
-            now=now,
-            retry_at=validate.expiry(now, delay, "retry_after_ms") if delay else None,
-        )
-
     return Plan(
         run,
         lock_session=sid,
-        fused=fused if ctx.backend.capabilities.one_statement_writes else None,
+        one_statement=ctx.backend.one_statement_fail(
+            ctx, sid, at, att, error=message, max_failures=limit, retry_after_ms=delay
+        ),
     )
 
 

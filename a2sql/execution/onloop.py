@@ -3,7 +3,8 @@
 ``append``, ``claim_available``, ``complete_attempt`` and ``fail_attempt`` do
 their common case in one pipeline of two statements, the session's lock tried
 and the guarded statement, answered in one round trip (a2sql.execution.running,
-a2sql.sql.queries.fused). Handed to a thread (a2sql.execution.threads), each would also cost the
+a2sql.backends.postgresql.one_statement). Handed to a thread (a2sql.execution.threads), each would
+also cost the
 hand-off there and back: on a machine where a thread switch costs tens of
 microseconds that took an ``AsyncStore`` cycle to about half a ``Store``'s
 speed. So an ``AsyncStore`` opened from a URL writes that pipeline itself
@@ -240,9 +241,9 @@ class OnLoop:
                 drained.set_result(None)
 
     async def _whole(self, held: _Held, ctx: Context, call: Plan[T]) -> T | None:
-        assert call.fused is not None
+        assert call.one_statement is not None
         lock, then = lock_statements(ctx, call, tried=True, commits=True)
-        fused = call.fused()  # the clock read now, before the lock
+        fused = call.one_statement()  # the clock read now, before the lock
         with collisions([fused]):
             rows = await held.pipeline(
                 self._engine, self._dialect, lock, fused.guarded, fused.params, then

@@ -1,7 +1,7 @@
 """How a plan runs: in a transaction of a2sql's own, or in a savepoint of the caller's.
 
 Every path runs the same body (``run_in_transaction``): the session's lock,
-then the plan. A plan with a one-statement form (a2sql.sql.queries.fused) is
+then the plan. A plan with a one-statement form (a2sql.backends.postgresql.one_statement) is
 first sent whole with its lock only tried, and when that wrote nothing, again
 after the lock; a session found contended goes straight the way after the
 lock for a while.
@@ -19,12 +19,11 @@ from sqlalchemy import Connection, Executable
 from sqlalchemy.exc import DBAPIError
 
 from a2sql.core.errors import is_event_id_collision
-from a2sql.core.plans import Context, Plan
+from a2sql.core.plans import Context, OneStatement, Plan
 from a2sql.execution.callers import check_connection, refusal
 from a2sql.execution.executor import AnyRow, ConnectionExecutor, Transaction
 from a2sql.execution.pooler import unprepared_behind_pooler
 from a2sql.execution.raw import Params
-from a2sql.sql.queries.fused import Fused
 
 T = TypeVar("T")
 
@@ -32,7 +31,7 @@ T = TypeVar("T")
 def run_in_transaction(connection: Transaction, ctx: Context, call: Plan[T]) -> T:
     """The body of every transaction of a2sql's own, sync or async: lock the session, then
     run."""
-    if call.fused is not None:
+    if call.one_statement is not None:
         return _fused_first(connection, ctx, call)
     _lock(connection, ctx, call)
     return call.run(connection)
@@ -49,7 +48,8 @@ def _lock(connection: Transaction, ctx: Context, call: Plan[Any]) -> None:
 
 
 def _fused_first(connection: Transaction, ctx: Context, call: Plan[T]) -> T:
-    """A call with a fused statement (a2sql.sql.queries.fused): first the session's lock tried
+    """A call with a fused statement (a2sql.backends.postgresql.one_statement): first the session's
+    lock tried
     and the guarded statement sent at once, on the direct path in one round trip (and
     one transaction, unless the caller decides the commit). When that wrote nothing,
     the call after the lock: its clock read anew, its fused statement, then the full
@@ -102,7 +102,7 @@ def sends_whole(ctx: Context, call: Plan[Any]) -> bool:
     """Whether ``call`` is sent whole first, its lock only tried (``lock_statements``) and
     its guarded statement with it: it has a fused statement, and its session is not
     contended."""
-    return call.fused is not None and not is_contended(ctx, cast(str, call.lock_session))
+    return call.one_statement is not None and not is_contended(ctx, cast(str, call.lock_session))
 
 
 def lock_statements(
@@ -130,7 +130,7 @@ def lock_statements(
 def after_the_lock(call: Plan[T]) -> Plan[T]:
     """``call`` without its first try: the lock, then its fused statement, then the full
     path if that wrote nothing (for a call sent whole that wrote nothing)."""
-    return call._replace(run=partial(_run_locked, call=call), fused=None)
+    return call._replace(run=partial(_run_locked, call=call), one_statement=None)
 
 
 def _fused(
@@ -140,9 +140,9 @@ def _fused(
     ``tried``: the lock only tried, the clock read before it and the guarded statement
     sent with it; else the clock is read once the lock is granted (only on the direct
     path, in a pipeline of two round trips)."""
-    assert call.fused is not None
+    assert call.one_statement is not None
     lock, then = lock_statements(ctx, call, tried=tried, commits=commit)
-    fuse, built = call.fused, list[Fused[T]]()
+    fuse, built = call.one_statement, list[OneStatement[T]]()
     rows: Sequence[AnyRow]
 
     def statement() -> tuple[Executable, Mapping[str, Any]]:
@@ -169,8 +169,8 @@ def _fused(
 
 def _run_locked(connection: Transaction, call: Plan[T]) -> T:
     """The call, the session's lock taken: its fused statement first when it has one."""
-    if call.fused is not None:
-        fused = call.fused()
+    if call.one_statement is not None:
+        fused = call.one_statement()
         with collisions([fused]):
             result = fused.answer(connection.rows(fused.statement, fused.params))
         if result is not None:
@@ -179,7 +179,7 @@ def _run_locked(connection: Transaction, call: Plan[T]) -> T:
 
 
 @contextmanager
-def collisions(built: Sequence[Fused[Any]]) -> Iterator[None]:
+def collisions(built: Sequence[OneStatement[Any]]) -> Iterator[None]:
     """A hit on the unique event id index as the fused call's own error, if it has one
     (``built``: the fused statement, once it is built)."""
     try:

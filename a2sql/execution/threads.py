@@ -114,7 +114,7 @@ class Job:
 
 def _unless_abandoned(transaction: Transaction, ctx: Context, job: Job) -> Any:
     # The commit is decided here, after the statements: a pipeline leaves the
-    # transaction open (a2sql.sql.queries.fused).
+    # transaction open (a2sql.backends.postgresql.one_statement).
     transaction.commits_later = True
     job.running_on(transaction.driver_connection)
     try:
