@@ -14,9 +14,10 @@ from sqlalchemy import Connection, text
 
 import a2sql
 from a2sql import AsyncStore, NewEvent
-from a2sql.core.operations import Call, is_contended
+from a2sql.core.plans import Plan
+from a2sql.execution.running import is_contended
 from a2sql.execution.settling import Settling
-from a2sql.execution.threads import SyncPath
+from a2sql.execution.threads import ThreadRunner
 from bench.round_trips import round_trips
 from tests.conftest import with_server_option
 from tests.holding import DEADLINE_S, ticking, wait_until_blocked_by
@@ -24,16 +25,16 @@ from tests.statement_gate import checked_out, connections_back
 
 
 @pytest.fixture
-def handed_off(monkeypatch: pytest.MonkeyPatch) -> list[Call[Any]]:
+def handed_off(monkeypatch: pytest.MonkeyPatch) -> list[Plan[Any]]:
     """Every call an AsyncStore hands to its sync path's thread, as it is run."""
-    handed: list[Call[Any]] = []
-    run = SyncPath.run
+    handed: list[Plan[Any]] = []
+    run = ThreadRunner.run
 
-    async def recording(self: SyncPath, ctx: Any, call: Call[Any]) -> Any:
+    async def recording(self: ThreadRunner, ctx: Any, call: Plan[Any]) -> Any:
         handed.append(call)
         return await run(self, ctx, call)
 
-    monkeypatch.setattr(SyncPath, "run", recording)
+    monkeypatch.setattr(ThreadRunner, "run", recording)
     return handed
 
 
@@ -60,7 +61,7 @@ def run(scenario: Any) -> Any:
 
 
 def test_the_hot_writes_go_from_the_loop_in_one_round_trip_each(
-    postgres_url: str, handed_off: list[Call[Any]]
+    postgres_url: str, handed_off: list[Plan[Any]]
 ) -> None:
     """append, claim_available, complete_attempt and fail_attempt: none handed to a thread,
     each one round trip on the connection kept from the asyncio engine's pool; a read is
@@ -97,7 +98,7 @@ def test_the_hot_writes_go_from_the_loop_in_one_round_trip_each(
 
 
 def test_a_claim_from_the_loop_that_finds_nothing_free_is_one_round_trip(
-    postgres_url: str, handed_off: list[Call[Any]]
+    postgres_url: str, handed_off: list[Plan[Any]]
 ) -> None:
     """Busy, then settled: the claim's own statement answers, in the one round trip."""
 
@@ -145,7 +146,7 @@ def test_a_call_from_the_loop_begins_read_committed_unless_that_is_the_default(
 
 
 def test_a_call_from_the_loop_cancelled_on_the_server_raises_cancelled_and_wrote_nothing(
-    postgres_url: str, holder: Connection, handed_off: list[Call[Any]]
+    postgres_url: str, holder: Connection, handed_off: list[Plan[Any]]
 ) -> None:
     """An append sent whole waits on a row lock (another transaction inserted its event id,
     uncommitted); its caller is cancelled: the server cancels the statement, the caller
@@ -188,7 +189,7 @@ def test_a_call_from_the_loop_cancelled_on_the_server_raises_cancelled_and_wrote
 
 
 def test_a_call_from_the_loop_finding_its_session_locked_waits_in_a_thread(
-    postgres_url: str, handed_off: list[Call[Any]]
+    postgres_url: str, handed_off: list[Plan[Any]]
 ) -> None:
     """Another transaction holds the session: the append sent whole writes nothing, waits
     for the lock in the sync path's thread, then appends; the session is remembered as

@@ -186,7 +186,8 @@ def test_cancelled_complete_attempt_suspended_before_its_insert_writes_nothing(u
     """Cancelling complete_attempt suspended between marking the event processed and
     inserting the returned events leaves the event unprocessed and nothing appended.
     (The returned event has a lane: on PostgreSQL a completion whose returned events
-    have none is one statement, a2sql.sql.queries.fused; the next test suspends that one.)"""
+    have none is one statement, a2sql.backends.postgresql.one_statement; the next test suspends
+    that one.)"""
 
     async def scenario() -> None:
         async with a2sql.create_async_store(url, migrate=True) as store:
@@ -215,7 +216,8 @@ def test_cancelled_complete_attempt_suspended_before_its_insert_writes_nothing(u
 
 def test_cancelled_fused_complete_attempt_writes_nothing(postgres_url: str) -> None:
     """Cancelling complete_attempt suspended at its one statement (PostgreSQL, returned
-    events without a lane, a2sql.sql.queries.fused) leaves the event unprocessed and nothing
+    events without a lane, a2sql.backends.postgresql.one_statement) leaves the event unprocessed
+    and nothing
     appended."""
 
     async def scenario() -> None:

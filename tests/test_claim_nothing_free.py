@@ -1,4 +1,5 @@
-"""A claim that finds nothing free on PostgreSQL: its one statement (a2sql.sql.queries.fused)
+"""A claim that finds nothing free on PostgreSQL: its one statement
+(a2sql.backends.postgresql.one_statement)
 answers until when the session is busy, or that it is settled, with no second
 statement and no second transaction. Every idle poll of a session and every claim
 that loses a shared session to another worker is such a claim."""
@@ -63,7 +64,7 @@ def test_a_claim_that_finds_nothing_free_is_one_round_trip(
     claim after the lock, then the full path's claim and its read of the next expiry).
     (A claim of lane events never claimed goes the way after the lock, and the session
     is then remembered as contended for a while: not here.)"""
-    monkeypatch.setattr(a2sql.core.operations, "CONTENDED_S", 0.0)
+    monkeypatch.setattr(a2sql.execution.running, "CONTENDED_S", 0.0)
     make, expected = SESSIONS[session]
     counter = Counter()
     engine = counter.engine(migrated_postgres_url)

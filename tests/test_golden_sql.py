@@ -217,7 +217,8 @@ def test_anonymized_numbers_sqlalchemys_names_as_they_appear() -> None:
 
 
 # The calls whose common case is one pipeline on PostgreSQL's direct path
-# (a2sql.sql.queries.fused): the lock tried and one statement, in one implicit transaction.
+# (a2sql.backends.postgresql.one_statement): the lock tried and one statement, in one implicit
+# transaction.
 FUSED = {"append", "claim_available", "claim_available_busy", "complete_attempt", "fail_attempt"}
 
 
@@ -231,7 +232,7 @@ def test_the_direct_path_sends_the_same_sql(
     (their files under ``direct/``). (The scenario's claim takes lane events never
     claimed, which a call sent whole leaves to the way after the lock: the session is
     not then remembered as contended.)"""
-    monkeypatch.setattr(a2sql.core.operations, "CONTENDED_S", 0.0)
+    monkeypatch.setattr(a2sql.execution.running, "CONTENDED_S", 0.0)
     url = str(request.getfixturevalue("postgres_url"))
     engine, sent = recording_engine(url, monkeypatch)
     try:

@@ -176,7 +176,7 @@ def test_a_session_whose_lock_was_held_goes_the_way_after_the_lock_for_a_while(
     """A call sent whole that finds the session's lock held costs a round trip more than
     waiting for the lock at once: the session's next calls wait at once, for
     ``CONTENDED_S``, then try again."""
-    monkeypatch.setattr(a2sql.core.operations, "CONTENDED_S", 0.5)
+    monkeypatch.setattr(a2sql.execution.running, "CONTENDED_S", 0.5)
 
     def tried() -> list[bool]:
         """For each lock statement sent since the last call: whether it only tried."""
@@ -235,7 +235,8 @@ def test_a_frozen_client_mid_transaction_is_cut_off_and_frees_the_session(
 
     def stalled_append() -> None:
         try:
-            # In a lane: no fused statement (a2sql.sql.queries.fused), the clock is read inside
+            # In a lane: no fused statement (a2sql.backends.postgresql.one_statement), the clock is
+            # read inside
             # the transaction, after the session's lock.
             frozen.append("s", [NewEvent(type="t", payload={}, lane="L")])
             outcome.append(None)
@@ -394,7 +395,8 @@ def test_a_write_whose_clock_was_read_before_a_rival_wrote_carries_a_later_time(
 ) -> None:
     """A call whose common case is one round trip reads the clock before it tries the
     session's lock. A rival that writes the session in between, with a later time, makes
-    its statement write nothing (a2sql.sql.queries.fused): the call then runs after the lock,
+    its statement write nothing (a2sql.backends.postgresql.one_statement): the call then runs after
+    the lock,
     the clock read anew, and no time it writes comes before the rival's."""
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     clock = _RacingClock(t0, later=t0 + timedelta(seconds=10))
@@ -418,7 +420,8 @@ def test_a_write_that_waited_for_the_session_lock_carries_the_time_after_it(
     migrated_postgres_url: str, call: str
 ) -> None:
     """The clock is read once the session's lock is granted, also where a call's common
-    case goes in one pipeline (a2sql.sql.queries.fused): a write that waited for another writer
+    case goes in one pipeline (a2sql.backends.postgresql.one_statement): a write that waited for
+    another writer
     never carries a time before that writer's. (Read when the call was sent, the torture
     runs' lane check saw a claim stamped before its lane's previous event was done.)"""
     t0 = datetime(2026, 1, 1, tzinfo=UTC)

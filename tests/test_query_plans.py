@@ -28,12 +28,12 @@ import a2sql
 from a2sql import NewEvent
 from a2sql.backends import backend_of
 from a2sql.backends.column_types import to_millis
+from a2sql.backends.postgresql.one_statement import claim_available as fused_claim
 from a2sql.sql.queries.append import PARENT_ATTEMPTS
 from a2sql.sql.queries.attempts import COMPLETE_IF_CURRENT, PROMOTE_LANE_HEAD
 from a2sql.sql.queries.claims import NEXT_EXPIRY, claim, claim_statement
 from a2sql.sql.queries.dispatch import CANDIDATES_PER_READ, bounds, candidates, next_free
 from a2sql.sql.queries.events import EVENTS_BY_ID, PENDING_LANES, SESSION_STATUS
-from a2sql.sql.queries.fused import claim_available as fused_claim
 from a2sql.sql.queries.operator_reads import PAGE
 from bench.databases import BURST, FILLER_T0_MS
 
@@ -584,7 +584,8 @@ def _hot_paths(store: a2sql.Store) -> None:
     store.claim_available(sid, holder="w", ttl_ms=30_000)  # busy: retry_at
     for position, claimed_event in enumerate(claimed.events):
         # The first completion's returned events have no lane: on PostgreSQL one
-        # fused statement (a2sql.sql.queries.fused) completes, promotes lane "a" and inserts.
+        # fused statement (a2sql.backends.postgresql.one_statement) completes, promotes lane "a"
+        # and inserts.
         lane = None if position == 0 else "a"
         store.complete_attempt(
             sid,

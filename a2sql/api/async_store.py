@@ -20,10 +20,10 @@ from a2sql import migrate as migrations
 from a2sql.api.stream import AsyncEventStream
 from a2sql.backends import backend_of
 from a2sql.backends.sqlite_file import DatabaseFile
-from a2sql.core import operations as calls
+from a2sql.core import operations
 from a2sql.core.clock import Clock
 from a2sql.core.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
-from a2sql.core.operations import Call, Context, Done, run_in_savepoint, run_own_transaction
+from a2sql.core.plans import Answered, Context, Plan
 from a2sql.core.records import (
     JSON,
     AppendResult,
@@ -50,10 +50,12 @@ from a2sql.core.records import (
     StoredEvent,
     StoreTotals,
 )
+from a2sql.execution import running
 from a2sql.execution.connecting import opened
 from a2sql.execution.onloop import OnLoop
 from a2sql.execution.raw import observed
-from a2sql.execution.threads import Abandoned, Job, SyncPath, decided
+from a2sql.execution.running import run_in_savepoint, run_own_transaction
+from a2sql.execution.threads import Abandoned, Job, ThreadRunner, decided
 from a2sql.notify.wakeups import StoreWakeups
 
 T = TypeVar("T")
@@ -77,20 +79,20 @@ class AsyncOperations:
     presence: AsyncPresence
     inspect: AsyncInspector
 
-    async def _run(self, call: Call[T] | Done[T]) -> T:
+    async def _run(self, call: Plan[T] | Answered[T]) -> T:
         raise NotImplementedError
 
     # --- the contract ---------------------------------------------------------
 
     async def append(self, session_id: str, events: Sequence[NewEvent]) -> AppendResult:
         """Append events to the session, or replay a batch appended before."""
-        return await self._run(calls.append(self._ctx, session_id, events))
+        return await self._run(operations.append(self._ctx, session_id, events))
 
     async def read(
         self, session_id: str, *, after_index: int | None = None, through_index: int | None = None
     ) -> list[StoredEvent]:
         """Events with ``after_index < index <= through_index``, by index."""
-        return await self._run(calls.read(session_id, after_index, through_index))
+        return await self._run(operations.read(session_id, after_index, through_index))
 
     async def claim_available(
         self,
@@ -105,7 +107,7 @@ class AsyncOperations:
         """Claim the ready events that are free or whose claim expired: every one, or at
         most ``limit`` (1 to 1000), lowest indexes first."""
         return await self._run(
-            calls.claim_available(
+            operations.claim_available(
                 self._ctx, session_id, holder, ttl_ms, expires_at, exclude_indexes, limit
             )
         )
@@ -130,7 +132,7 @@ class AsyncOperations:
         are never picked.
         """
         return await self._run(
-            calls.claim_next(self._ctx, holder, ttl_ms, expires_at, limit, prefix)
+            operations.claim_next(self._ctx, holder, ttl_ms, expires_at, limit, prefix)
         )
 
     async def release_claims(
@@ -141,7 +143,7 @@ class AsyncOperations:
         A released attempt can no longer complete; the next claim is a new
         attempt. Claims a later attempt took are listed as ``superseded``.
         """
-        return await self._run(calls.release_claims(self._ctx, session_id, holder, claims))
+        return await self._run(operations.release_claims(self._ctx, session_id, holder, claims))
 
     async def renew_claims(
         self,
@@ -154,7 +156,7 @@ class AsyncOperations:
     ) -> RenewResult:
         """Extend the claims ``holder`` still holds; report those a later attempt took."""
         return await self._run(
-            calls.renew_claims(self._ctx, session_id, holder, claims, ttl_ms, expires_at)
+            operations.renew_claims(self._ctx, session_id, holder, claims, ttl_ms, expires_at)
         )
 
     async def complete_attempt(
@@ -162,7 +164,7 @@ class AsyncOperations:
     ) -> CompleteResult:
         """Mark the event processed by ``attempt`` and append the returned events atomically."""
         return await self._run(
-            calls.complete_attempt(self._ctx, session_id, index, attempt, events)
+            operations.complete_attempt(self._ctx, session_id, index, attempt, events)
         )
 
     async def complete_attempts(
@@ -176,7 +178,7 @@ class AsyncOperations:
         ``PARTIAL_DUPLICATE_BATCH``, ``IDEMPOTENCY_CONFLICT``) fails the whole
         call and writes nothing.
         """
-        return await self._run(calls.complete_attempts(self._ctx, session_id, completions))
+        return await self._run(operations.complete_attempts(self._ctx, session_id, completions))
 
     async def fail_attempt(
         self,
@@ -194,50 +196,50 @@ class AsyncOperations:
         delay (``FailResult.retry_at``); without, at once.
         """
         return await self._run(
-            calls.fail_attempt(
+            operations.fail_attempt(
                 self._ctx, session_id, index, attempt, error, max_failures, retry_after_ms
             )
         )
 
     async def read_state(self, session_id: str, reducer_name: str) -> StateRead:
         """The reducer's snapshot (or None) and every event after it."""
-        return await self._run(calls.read_state(session_id, reducer_name))
+        return await self._run(operations.read_state(session_id, reducer_name))
 
     async def put_snapshot(
         self, session_id: str, reducer_name: str, index: int, state: JSON
     ) -> None:
         """Store a reducer's state up to ``index``, unless a later snapshot is stored."""
         return await self._run(
-            calls.put_snapshot(self._ctx, session_id, reducer_name, index, state)
+            operations.put_snapshot(self._ctx, session_id, reducer_name, index, state)
         )
 
     # --- operators' repairs and retention -----------------------------------------
 
     async def retry_dead_letter(self, session_id: str, *, index: int) -> RetryResult:
         """Make the dead letter at ``index`` claimable again (``Store.retry_dead_letter``)."""
-        return await self._run(calls.retry_dead_letter(session_id, index))
+        return await self._run(operations.retry_dead_letter(session_id, index))
 
     async def skip_event(self, session_id: str, *, index: int, reason: str) -> SkipResult:
         """Mark an unprocessed event processed without an attempt (``Store.skip_event``)."""
-        return await self._run(calls.skip_event(self._ctx, session_id, index, reason))
+        return await self._run(operations.skip_event(self._ctx, session_id, index, reason))
 
     async def delete_session(self, session_id: str) -> DeleteResult:
         """Delete the session's events and snapshots (``Store.delete_session``)."""
-        return await self._run(calls.delete_session(self._ctx, session_id))
+        return await self._run(operations.delete_session(self._ctx, session_id))
 
     async def prune(
         self, *, settled_before: datetime, prefix: str = "", limit: int = 1000
     ) -> PruneResult:
         """Delete up to ``limit`` settled sessions older than the cut (``Store.prune``),
         each in a short transaction of its own; call again until it returns 0 sessions."""
-        plan = calls.prune(self._ctx, settled_before, prefix, limit)
-        return calls.pruned(
+        plan = operations.prune(self._ctx, settled_before, prefix, limit)
+        return operations.pruned(
             [await self._run(plan.session(sid)) for sid in await self._run(plan.candidates)]
         )
 
 
 def _release(
-    wakeups: StoreWakeups, sync_path: SyncPath | None, on_loop: OnLoop | None, *, wait: bool
+    wakeups: StoreWakeups, sync_path: ThreadRunner | None, on_loop: OnLoop | None, *, wait: bool
 ) -> None:
     """What closing an ``AsyncStore`` releases besides its asyncio engine (``wait``: until
     the listener's connection is closed; the sync path's connections once its calls
@@ -266,7 +268,7 @@ class AsyncStore(AsyncOperations):
         serialize: bool = False,
         database_file: DatabaseFile | None = None,
         listen_url: URL | None = None,
-        sync_path: SyncPath | None = None,
+        sync_path: ThreadRunner | None = None,
     ) -> None:
         self._engine = engine
         self._sync_path = sync_path
@@ -340,11 +342,11 @@ class AsyncStore(AsyncOperations):
         except DRIVER_FAILURES as error:
             raise from_driver_error(error) from error
 
-    async def _run(self, call: Call[T] | Done[T]) -> T:
+    async def _run(self, call: Plan[T] | Answered[T]) -> T:
         """Run one call in one transaction, the same body as ``Store`` runs: whole on the
         sync path where the store has one and nothing watches its engine (a2sql.execution.threads),
         else statement by statement through the asyncio engine."""
-        if isinstance(call, Done):
+        if isinstance(call, Answered):
             # Nothing to run, but a call still lets the loop turn (a2sql.execution.threads).
             await asyncio.sleep(0)
             return call.result
@@ -363,21 +365,21 @@ class AsyncStore(AsyncOperations):
             self._wakeups.wake(call.lock_session)
         return result
 
-    async def _whole_or_handed_off(self, sync_path: SyncPath, call: Call[T]) -> T:
+    async def _whole_or_handed_off(self, sync_path: ThreadRunner, call: Plan[T]) -> T:
         """``call`` sent whole from the loop where it can be (a2sql.execution.onloop), else, or when
         that wrote nothing, handed to the sync path's thread."""
         on_loop, ctx = self._on_loop, self._ctx
-        if on_loop is not None and on_loop.usable and calls.sends_whole(ctx, call):
+        if on_loop is not None and on_loop.usable and running.sends_whole(ctx, call):
             result = await on_loop.run(ctx, call)
             if result is not None:
                 return result
             # The session's lock was held, or the guard refused: the way after the
             # lock, and for a while straight away (as Store's calls do).
-            calls.remember_contended(ctx, cast(str, call.lock_session))
-            call = calls.after_the_lock(call)
+            running.remember_contended(ctx, cast(str, call.lock_session))
+            call = running.after_the_lock(call)
         return await sync_path.run(ctx, call)
 
-    async def _on_asyncio_engine(self, call: Call[T]) -> T:
+    async def _on_asyncio_engine(self, call: Plan[T]) -> T:
         """``call`` in a transaction on the asyncio engine, as a task of its own whose
         commit is never cancelled: a commit cancelled midway may have committed. The
         call and its cancelled caller race for one decision, as a handed-off call does
@@ -458,10 +460,12 @@ class AsyncStore(AsyncOperations):
 
         Wakes as ``Store.stream`` does; ``aclose()`` or cancelling the task ends it.
         """
-        sid, start, interval = calls.stream_start(self._ctx, session_id, start_after, poll_interval)
+        sid, start, interval = operations.stream_start(
+            self._ctx, session_id, start_after, poll_interval
+        )
         self._wakeups.listen()
         return AsyncEventStream(
-            lambda after, limit: self._run(calls.stream_page(sid, after, limit)),
+            lambda after, limit: self._run(operations.stream_page(sid, after, limit)),
             lambda callback: self._wakeups.subscribe(sid, callback),
             start_after=start,
             poll_interval=interval,
@@ -542,8 +546,8 @@ class AsyncUsingConnection(AsyncOperations):
         """The caller's connection the operations run on."""
         return self._connection
 
-    async def _run(self, call: Call[T] | Done[T]) -> T:
-        if isinstance(call, Done):
+    async def _run(self, call: Plan[T] | Answered[T]) -> T:
+        if isinstance(call, Answered):
             await asyncio.sleep(0)  # as AsyncStore._run
             return call.result
         if self._store._closed:
@@ -579,13 +583,13 @@ class AsyncPresence:
         """
         store = self._store
         return await store._run(
-            calls.presence_set(store._ctx, ns, participant, values, at, seen, ttl_ms)
+            operations.presence_set(store._ctx, ns, participant, values, at, seen, ttl_ms)
         )
 
     async def read(self, ns: str) -> list[PresenceEntry]:
         """The live fields of the namespace, by participant then field (expired ones are
         gone); it writes nothing."""
-        return await self._store._run(calls.presence_read(self._store._ctx, ns))
+        return await self._store._run(operations.presence_read(self._store._ctx, ns))
 
 
 class AsyncInspector:
@@ -598,7 +602,9 @@ class AsyncInspector:
         self, *, prefix: str = "", cursor: str | None = None, limit: int = 50
     ) -> SessionPage:
         """Sessions whose id starts with ``prefix``, after ``cursor``, ordered by id."""
-        return await self._store._run(calls.list_sessions(self._store._ctx, prefix, cursor, limit))
+        return await self._store._run(
+            operations.list_sessions(self._store._ctx, prefix, cursor, limit)
+        )
 
     async def read_events(
         self,
@@ -610,27 +616,27 @@ class AsyncInspector:
     ) -> EventPage:
         """A page of events, capped at the session's last index at the call."""
         return await self._store._run(
-            calls.read_events(session_id, after_index, through_index, limit)
+            operations.read_events(session_id, after_index, through_index, limit)
         )
 
     async def list_snapshots(self, session_id: str) -> list[SnapshotInfo]:
         """The session's snapshots, by reducer name."""
-        return await self._store._run(calls.list_snapshots(session_id))
+        return await self._store._run(operations.list_snapshots(session_id))
 
     async def session(self, session_id: str) -> SessionSummary | None:
         """The summary of exactly this session (not a prefix), ``None`` if it has no events."""
-        return await self._store._run(calls.session_summary(self._store._ctx, session_id))
+        return await self._store._run(operations.session_summary(self._store._ctx, session_id))
 
     async def list_dead_letters(
         self, *, prefix: str = "", cursor: str | None = None, limit: int = 50
     ) -> DeadLetterPage:
         """Dead-lettered events under ``prefix``, by session id then index."""
-        return await self._store._run(calls.list_dead_letters(prefix, cursor, limit))
+        return await self._store._run(operations.list_dead_letters(prefix, cursor, limit))
 
     async def prunable(self, *, settled_before: datetime, prefix: str = "") -> PruneResult:
         """What ``prune`` would delete now (``Inspector.prunable``)."""
-        return await self._store._run(calls.prunable(self._store._ctx, settled_before, prefix))
+        return await self._store._run(operations.prunable(self._store._ctx, settled_before, prefix))
 
     async def totals(self) -> StoreTotals:
         """Counts over the whole database (``Inspector.totals``)."""
-        return await self._store._run(calls.totals(self._store._ctx))
+        return await self._store._run(operations.totals(self._store._ctx))

@@ -20,9 +20,8 @@ from sqlalchemy.exc import DBAPIError
 
 from a2sql.api.store import Store
 from a2sql.core.errors import is_event_id_collision
-from a2sql.core.operations import Call
+from a2sql.core.plans import Plan
 from a2sql.core.records import SessionSummary, SnapshotInfo
-from a2sql.execution import executor as execute
 from a2sql.execution.executor import Transaction
 from a2sql.sql.queries.events import SESSION
 from a2sql.sql.schema import events as E
@@ -79,10 +78,7 @@ class CopyReport:
 
 
 def _rows(tx: Transaction, statement: Any, session_id: str, names: Sequence[str]) -> list[Any]:
-    return [
-        dict(zip(names, row, strict=True))
-        for row in execute.rows(tx, statement, {"sid": session_id})
-    ]
+    return [dict(zip(names, row, strict=True)) for row in tx.rows(statement, {"sid": session_id})]
 
 
 def read_session(source: Store, session_id: str) -> SessionRows:
@@ -95,7 +91,7 @@ def read_session(source: Store, session_id: str) -> SessionRows:
             _rows(tx, READ_SNAPSHOTS, session_id, [c.name for c in S.c]),
         )
 
-    return source._run(Call(run, read_only=True))
+    return source._run(Plan(run, read_only=True))
 
 
 def write_session(destination: Store, rows: SessionRows) -> bool:
@@ -103,11 +99,11 @@ def write_session(destination: Store, rows: SessionRows) -> bool:
     destination already has events in that session."""
 
     def run(tx: Transaction) -> bool:
-        if execute.first(tx, HAS_EVENTS, {"sid": rows.session_id}) is not None:
+        if tx.first(HAS_EVENTS, {"sid": rows.session_id}) is not None:
             return False
         try:
             for start in range(0, len(rows.events), BATCH):
-                execute.run_many(tx, INSERT_EVENTS, rows.events[start : start + BATCH])
+                tx.run_many(INSERT_EVENTS, rows.events[start : start + BATCH])
         except DBAPIError as error:
             if not is_event_id_collision(error):
                 raise
@@ -116,11 +112,11 @@ def write_session(destination: Store, rows: SessionRows) -> bool:
                 "destination, in another session"
             ) from None
         if rows.snapshots:
-            execute.run_many(tx, INSERT_SNAPSHOTS, rows.snapshots)
+            tx.run_many(INSERT_SNAPSHOTS, rows.snapshots)
         return True
 
     # lock_session: the destination's writers of this session wait for the copy.
-    return destination._run(Call(run, lock_session=rows.session_id))
+    return destination._run(Plan(run, lock_session=rows.session_id))
 
 
 def source_sessions(source: Store, prefix: str) -> Iterator[SessionSummary]:

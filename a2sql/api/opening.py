@@ -19,9 +19,9 @@ from a2sql.core import arguments as validate
 from a2sql.core.arguments import DEFAULT_MAX_JSON_CHARS, Limits
 from a2sql.core.clock import Clock, SystemClock, uuid7_id
 from a2sql.core.errors import DRIVER_FAILURES, A2Error, from_driver_error, invalid
-from a2sql.core.operations import Context
+from a2sql.core.plans import Context
 from a2sql.core.urls import shown_url
-from a2sql.execution.threads import SyncPath
+from a2sql.execution.threads import ThreadRunner
 
 
 def _context(
@@ -221,7 +221,7 @@ def create_async_store(
     else:
         engine, owns_engine = build_async_engine(resolved), True
         if not backend.is_memory(resolved):
-            sync_path = SyncPath(build_engine(resolved), context, database_file)
+            sync_path = ThreadRunner(build_engine(resolved), context, database_file)
     return AsyncStore(
         engine,
         context,

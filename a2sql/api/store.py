@@ -1,4 +1,4 @@
-"""Store: the synchronous facade. Each method builds a call (a2sql.core.operations) and runs it."""
+"""Store: the synchronous facade. Each method builds a plan (a2sql.core.operations) and runs it."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from sqlalchemy import URL, Connection, Engine
 
 from a2sql.api.stream import EventStream
 from a2sql.backends.sqlite_file import DatabaseFile
-from a2sql.core import operations as calls
+from a2sql.core import operations
 from a2sql.core.clock import Clock
 from a2sql.core.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
-from a2sql.core.operations import Call, Context, Done, run_in_savepoint, run_in_transaction
+from a2sql.core.plans import Answered, Context, Plan
 from a2sql.core.records import (
     JSON,
     AppendResult,
@@ -44,7 +44,8 @@ from a2sql.core.records import (
     StoredEvent,
     StoreTotals,
 )
-from a2sql.execution.transactions import KEEP_IDLE, PooledTransactions
+from a2sql.execution.running import run_in_savepoint, run_in_transaction
+from a2sql.execution.transactions import KEEP_IDLE, TransactionRunner
 from a2sql.notify.wakeups import StoreWakeups
 
 T = TypeVar("T")
@@ -61,20 +62,20 @@ class Operations:
     presence: Presence
     inspect: Inspector
 
-    def _run(self, call: Call[T] | Done[T]) -> T:
+    def _run(self, call: Plan[T] | Answered[T]) -> T:
         raise NotImplementedError
 
     # --- the contract ---------------------------------------------------------
 
     def append(self, session_id: str, events: Sequence[NewEvent]) -> AppendResult:
         """Append events to the session, or replay a batch appended before."""
-        return self._run(calls.append(self._ctx, session_id, events))
+        return self._run(operations.append(self._ctx, session_id, events))
 
     def read(
         self, session_id: str, *, after_index: int | None = None, through_index: int | None = None
     ) -> list[StoredEvent]:
         """Events with ``after_index < index <= through_index``, by index."""
-        return self._run(calls.read(session_id, after_index, through_index))
+        return self._run(operations.read(session_id, after_index, through_index))
 
     def claim_available(
         self,
@@ -89,7 +90,7 @@ class Operations:
         """Claim the ready events that are free or whose claim expired: every one, or at
         most ``limit`` (1 to 1000), lowest indexes first."""
         return self._run(
-            calls.claim_available(
+            operations.claim_available(
                 self._ctx, session_id, holder, ttl_ms, expires_at, exclude_indexes, limit
             )
         )
@@ -113,7 +114,9 @@ class Operations:
         each other. Sessions whose work is all dead letters, or behind them,
         are never picked.
         """
-        return self._run(calls.claim_next(self._ctx, holder, ttl_ms, expires_at, limit, prefix))
+        return self._run(
+            operations.claim_next(self._ctx, holder, ttl_ms, expires_at, limit, prefix)
+        )
 
     def release_claims(
         self, session_id: str, *, holder: str, claims: Sequence[ClaimRef]
@@ -123,7 +126,7 @@ class Operations:
         A released attempt can no longer complete; the next claim is a new
         attempt. Claims a later attempt took are listed as ``superseded``.
         """
-        return self._run(calls.release_claims(self._ctx, session_id, holder, claims))
+        return self._run(operations.release_claims(self._ctx, session_id, holder, claims))
 
     def renew_claims(
         self,
@@ -136,14 +139,14 @@ class Operations:
     ) -> RenewResult:
         """Extend the claims ``holder`` still holds; report those a later attempt took."""
         return self._run(
-            calls.renew_claims(self._ctx, session_id, holder, claims, ttl_ms, expires_at)
+            operations.renew_claims(self._ctx, session_id, holder, claims, ttl_ms, expires_at)
         )
 
     def complete_attempt(
         self, session_id: str, *, index: int, attempt: int, events: Sequence[NewEvent]
     ) -> CompleteResult:
         """Mark the event processed by ``attempt`` and append the returned events atomically."""
-        return self._run(calls.complete_attempt(self._ctx, session_id, index, attempt, events))
+        return self._run(operations.complete_attempt(self._ctx, session_id, index, attempt, events))
 
     def complete_attempts(
         self, session_id: str, completions: Sequence[Completion]
@@ -156,7 +159,7 @@ class Operations:
         ``PARTIAL_DUPLICATE_BATCH``, ``IDEMPOTENCY_CONFLICT``) fails the whole
         call and writes nothing.
         """
-        return self._run(calls.complete_attempts(self._ctx, session_id, completions))
+        return self._run(operations.complete_attempts(self._ctx, session_id, completions))
 
     def fail_attempt(
         self,
@@ -174,18 +177,18 @@ class Operations:
         delay (``FailResult.retry_at``); without, at once.
         """
         return self._run(
-            calls.fail_attempt(
+            operations.fail_attempt(
                 self._ctx, session_id, index, attempt, error, max_failures, retry_after_ms
             )
         )
 
     def read_state(self, session_id: str, reducer_name: str) -> StateRead:
         """The reducer's snapshot (or None) and every event after it."""
-        return self._run(calls.read_state(session_id, reducer_name))
+        return self._run(operations.read_state(session_id, reducer_name))
 
     def put_snapshot(self, session_id: str, reducer_name: str, index: int, state: JSON) -> None:
         """Store a reducer's state up to ``index``, unless a later snapshot is stored."""
-        return self._run(calls.put_snapshot(self._ctx, session_id, reducer_name, index, state))
+        return self._run(operations.put_snapshot(self._ctx, session_id, reducer_name, index, state))
 
     # --- operators' repairs and retention -----------------------------------------
 
@@ -198,7 +201,7 @@ class Operations:
         completes, the events behind it in its lane move on.
         ``not_dead_lettered`` (nothing changed) for any other event.
         """
-        return self._run(calls.retry_dead_letter(session_id, index))
+        return self._run(operations.retry_dead_letter(session_id, index))
 
     def skip_event(self, session_id: str, *, index: int, reason: str) -> SkipResult:
         """Mark an unprocessed event (dead letter or not) processed without an attempt.
@@ -208,7 +211,7 @@ class Operations:
         becomes claimable, and a later completion by any attempt is
         ``superseded``. ``already_processed`` (nothing changed) if it was.
         """
-        return self._run(calls.skip_event(self._ctx, session_id, index, reason))
+        return self._run(operations.skip_event(self._ctx, session_id, index, reason))
 
     def delete_session(self, session_id: str) -> DeleteResult:
         """Delete the session's events and snapshots, under its lock.
@@ -220,7 +223,7 @@ class Operations:
         a worker still holding an attempt of the deleted session never
         completes, fails, renews or releases an event of the new one.
         """
-        return self._run(calls.delete_session(self._ctx, session_id))
+        return self._run(operations.delete_session(self._ctx, session_id))
 
     def prune(
         self, *, settled_before: datetime, prefix: str = "", limit: int = 1000
@@ -232,8 +235,10 @@ class Operations:
         long; call again until it returns 0 sessions. A pruned session's
         attempt numbers are kept as ``delete_session`` keeps them.
         """
-        plan = calls.prune(self._ctx, settled_before, prefix, limit)
-        return calls.pruned([self._run(plan.session(sid)) for sid in self._run(plan.candidates)])
+        plan = operations.prune(self._ctx, settled_before, prefix, limit)
+        return operations.pruned(
+            [self._run(plan.session(sid)) for sid in self._run(plan.candidates)]
+        )
 
 
 class Store(Operations):
@@ -257,7 +262,7 @@ class Store(Operations):
         self._closed = False
         self._wakeups = StoreWakeups(engine, listen_url)
         self._file = database_file
-        self._pooled = PooledTransactions(
+        self._pooled = TransactionRunner(
             engine,
             lock_timeout_ms=context.lock_timeout_ms,
             database_file=database_file,
@@ -278,12 +283,12 @@ class Store(Operations):
         """The SQLAlchemy engine the store runs on."""
         return self._engine
 
-    def _transaction(self, call: Call[T]) -> T:
+    def _transaction(self, call: Plan[T]) -> T:
         return self._pooled.run(run_in_transaction, self._ctx, call, read_only=call.read_only)
 
-    def _run(self, call: Call[T] | Done[T]) -> T:
+    def _run(self, call: Plan[T] | Answered[T]) -> T:
         """Run one call in one transaction; a write on a session first locks it."""
-        if isinstance(call, Done):
+        if isinstance(call, Answered):
             return call.result
         if self._closed:
             raise closed_store()
@@ -355,10 +360,12 @@ class Store(Operations):
         on PostgreSQL also on other processes' (LISTEN/NOTIFY), and else
         polls every ``poll_interval`` seconds (default: per engine).
         """
-        sid, start, interval = calls.stream_start(self._ctx, session_id, start_after, poll_interval)
+        sid, start, interval = operations.stream_start(
+            self._ctx, session_id, start_after, poll_interval
+        )
         self._wakeups.listen()
         return EventStream(
-            lambda after, limit: self._run(calls.stream_page(sid, after, limit)),
+            lambda after, limit: self._run(operations.stream_page(sid, after, limit)),
             lambda callback: self._wakeups.subscribe(sid, callback),
             start_after=start,
             poll_interval=interval,
@@ -401,7 +408,7 @@ class Store(Operations):
         self.close()
 
 
-def _release(wakeups: StoreWakeups, pooled: PooledTransactions, engine: Engine | None) -> None:
+def _release(wakeups: StoreWakeups, pooled: TransactionRunner, engine: Engine | None) -> None:
     """What closing a store releases (``engine``: its own, else ``None``)."""
     wakeups.stop(wait=False)
     pooled.close()
@@ -428,8 +435,8 @@ class UsingConnection(Operations):
         """The caller's connection the operations run on."""
         return self._connection
 
-    def _run(self, call: Call[T] | Done[T]) -> T:
-        if isinstance(call, Done):
+    def _run(self, call: Plan[T] | Answered[T]) -> T:
+        if isinstance(call, Answered):
             return call.result
         if self._store._closed:
             raise closed_store()
@@ -462,12 +469,14 @@ class Presence:
         ``at`` in ms since the Unix epoch.
         """
         store = self._store
-        return store._run(calls.presence_set(store._ctx, ns, participant, values, at, seen, ttl_ms))
+        return store._run(
+            operations.presence_set(store._ctx, ns, participant, values, at, seen, ttl_ms)
+        )
 
     def read(self, ns: str) -> list[PresenceEntry]:
         """The live fields of the namespace, by participant then field (expired ones are
         gone); it writes nothing."""
-        return self._store._run(calls.presence_read(self._store._ctx, ns))
+        return self._store._run(operations.presence_read(self._store._ctx, ns))
 
 
 class Inspector:
@@ -480,7 +489,7 @@ class Inspector:
         self, *, prefix: str = "", cursor: str | None = None, limit: int = 50
     ) -> SessionPage:
         """Sessions whose id starts with ``prefix``, after ``cursor``, ordered by id."""
-        return self._store._run(calls.list_sessions(self._store._ctx, prefix, cursor, limit))
+        return self._store._run(operations.list_sessions(self._store._ctx, prefix, cursor, limit))
 
     def read_events(
         self,
@@ -491,29 +500,31 @@ class Inspector:
         limit: int = 100,
     ) -> EventPage:
         """A page of events, capped at the session's last index at the call."""
-        return self._store._run(calls.read_events(session_id, after_index, through_index, limit))
+        return self._store._run(
+            operations.read_events(session_id, after_index, through_index, limit)
+        )
 
     def list_snapshots(self, session_id: str) -> list[SnapshotInfo]:
         """The session's snapshots, by reducer name."""
-        return self._store._run(calls.list_snapshots(session_id))
+        return self._store._run(operations.list_snapshots(session_id))
 
     def session(self, session_id: str) -> SessionSummary | None:
         """The summary of exactly this session (not a prefix), ``None`` if it has no events."""
-        return self._store._run(calls.session_summary(self._store._ctx, session_id))
+        return self._store._run(operations.session_summary(self._store._ctx, session_id))
 
     def list_dead_letters(
         self, *, prefix: str = "", cursor: str | None = None, limit: int = 50
     ) -> DeadLetterPage:
         """Dead-lettered events of the sessions under ``prefix``, by session id then index;
         pass the page's ``cursor`` back for the next page."""
-        return self._store._run(calls.list_dead_letters(prefix, cursor, limit))
+        return self._store._run(operations.list_dead_letters(prefix, cursor, limit))
 
     def prunable(self, *, settled_before: datetime, prefix: str = "") -> PruneResult:
         """What ``prune(settled_before=..., prefix=...)`` would delete now, over every
         call until it returns 0 sessions; deletes nothing (a dry run)."""
-        return self._store._run(calls.prunable(self._store._ctx, settled_before, prefix))
+        return self._store._run(operations.prunable(self._store._ctx, settled_before, prefix))
 
     def totals(self) -> StoreTotals:
         """Sessions, events, pending, claimed and dead letters over the whole database,
         and the oldest pending event's time. One pass over the table: for operators."""
-        return self._store._run(calls.totals(self._store._ctx))
+        return self._store._run(operations.totals(self._store._ctx))

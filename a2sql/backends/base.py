@@ -15,10 +15,10 @@ another.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import (
     URL,
@@ -39,6 +39,13 @@ from a2sql.backends.column_types import Timestamp
 from a2sql.core.errors import A2Error, invalid
 from a2sql.execution.executor import Transaction
 from a2sql.sql.schema import events, presence, retired_attempts, snapshots
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from a2sql.core.plans import Context, OneStatement
+    from a2sql.core.records import AppendResult, ClaimResult, CompleteResult, FailResult
+    from a2sql.sql.queries.events import ValidEvent
 
 # What a2sql's writes on a connection whose driver commits each statement would not do.
 UNHELD = "so a2sql's writes would not commit or roll back with yours"
@@ -67,7 +74,8 @@ class Capabilities:
     update_returning: bool
     # Indexes over the rows a ``WHERE`` selects.
     partial_indexes: bool
-    # The hot writes' common case in one statement sent with its lock (a2sql.sql.queries.fused):
+    # The hot writes' common case in one statement sent with its lock
+    # (a2sql.backends.postgresql.one_statement):
     # where a round trip to a server costs more than the statement.
     one_statement_writes: bool
     # The server checks that stored JSON is JSON (``jsonb``).
@@ -138,7 +146,8 @@ class Backend:
         self, session_id: str, *, announce: bool, lock_timeout_ms: int
     ) -> tuple[Select[Any], dict[str, Any]]:
         """``lock_session``'s statement in a transaction of a2sql's own, and its
-        parameters (PostgreSQL: sent ahead of a fused statement, a2sql.sql.queries.fused)."""
+        parameters (PostgreSQL: sent ahead of a fused statement,
+        a2sql.backends.postgresql.one_statement)."""
         raise NotImplementedError
 
     def own_try_lock(
@@ -152,7 +161,7 @@ class Backend:
     def announcement(self, session_id: str) -> tuple[Select[Any], dict[str, Any]]:
         """A statement that wakes other processes' streams of the session, in a
         transaction of its own sent right after one that committed with its lock
-        taken without ``announce`` (PostgreSQL, a2sql.core.operations)."""
+        taken without ``announce`` (PostgreSQL, a2sql.execution.running)."""
         raise NotImplementedError
 
     def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
@@ -166,7 +175,7 @@ class Backend:
         """The latest of ``columns`` that are set; the first is never NULL."""
         raise NotImplementedError
 
-    def unestimated(self, value: BindParameter[Any]) -> ColumnElement[Any]:
+    def opaque_to_planner(self, value: BindParameter[Any]) -> ColumnElement[Any]:
         """``value``, hidden from the planner's estimates where it has any."""
         return value
 
@@ -294,6 +303,50 @@ class Backend:
     def lock_for_migration(self, connection: Connection) -> None:
         """Serialize concurrent migrations: the first statement of a migrating transaction."""
         raise NotImplementedError
+
+    # --- operations a backend may send as one statement ------------------------------
+    # Each gives the operation's common case as one statement sent after the
+    # session's lock (a2sql.core.plans.OneStatement), built when it is sent, or
+    # ``None`` where the backend runs the operation's shared statements only.
+
+    def one_statement_append(
+        self, ctx: Context, session_id: str, batch: Sequence[ValidEvent]
+    ) -> Callable[[], OneStatement[AppendResult]] | None:
+        """``append``'s."""
+        return None
+
+    def one_statement_claim(
+        self,
+        ctx: Context,
+        session_id: str,
+        *,
+        holder: str,
+        lease: Callable[[datetime], datetime],
+        exclude_indexes: Sequence[int],
+        limit: int | None,
+    ) -> Callable[[], OneStatement[ClaimResult]] | None:
+        """``claim_available``'s."""
+        return None
+
+    def one_statement_complete(
+        self, ctx: Context, session_id: str, index: int, attempt: int, batch: Sequence[ValidEvent]
+    ) -> Callable[[], OneStatement[CompleteResult]] | None:
+        """``complete_attempt``'s."""
+        return None
+
+    def one_statement_fail(
+        self,
+        ctx: Context,
+        session_id: str,
+        index: int,
+        attempt: int,
+        *,
+        error: str,
+        max_failures: int,
+        retry_after_ms: int | None,
+    ) -> Callable[[], OneStatement[FailResult]] | None:
+        """``fail_attempt``'s."""
+        return None
 
     # --- statements -----------------------------------------------------------------
 

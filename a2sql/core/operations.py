@@ -1,30 +1,21 @@
 """Each public method once: check its arguments, then describe the transaction to run.
 
-A ``Call`` says which session to lock (if any), whether the transaction only
-reads, and what to run in its transaction (on a SQLAlchemy ``Connection``).
-``Store`` runs calls in transactions of its own, ``AsyncStore`` the very same
-calls through ``AsyncConnection.run_sync``, and ``using(connection)`` in a
-savepoint of the caller's transaction. Nothing here knows which facade or
-engine it is on.
+Each function here returns a ``Plan`` (a2sql.core.plans): which session to
+lock (if any), whether the transaction only reads, and what to run in it.
+``Store`` runs plans in transactions of its own, ``AsyncStore`` the very same
+plans, and ``using(connection)`` in a savepoint of the caller's transaction
+(a2sql.execution.running). Nothing here knows which facade or engine it is on.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from functools import partial
-from typing import Any, Generic, NamedTuple, TypeVar, cast
+from typing import NamedTuple, TypeVar
 
-from sqlalchemy import Connection, Executable
-from sqlalchemy.exc import DBAPIError
-
-from a2sql.backends.base import Backend
 from a2sql.core import arguments as validate
-from a2sql.core.clock import Clock, SystemClock
-from a2sql.core.errors import invalid, is_event_id_collision
+from a2sql.core.errors import invalid
+from a2sql.core.plans import Answered, Context, Plan, has_events
 from a2sql.core.records import (
     JSON,
     AppendResult,
@@ -52,282 +43,20 @@ from a2sql.core.records import (
     StoredEvent,
     StoreTotals,
 )
-from a2sql.execution import executor as execute
-from a2sql.execution.callers import check_connection, refusal
-from a2sql.execution.executor import AnyRow, Transaction
-from a2sql.execution.pooler import unprepared_behind_pooler
-from a2sql.execution.raw import DirectTransaction, Params
+from a2sql.execution.executor import Transaction
 from a2sql.sql.codec import truncate_ms
 from a2sql.sql.queries import append as append_ops
 from a2sql.sql.queries import attempts as attempt_ops
 from a2sql.sql.queries import claims as claim_ops
 from a2sql.sql.queries import dispatch as dispatch_ops
-from a2sql.sql.queries import fused as fused_ops
 from a2sql.sql.queries import operator_reads as inspect_ops
 from a2sql.sql.queries import presence as presence_ops
 from a2sql.sql.queries import repair as repair_ops
 from a2sql.sql.queries import retention as retention_ops
 from a2sql.sql.queries import state as state_ops
 from a2sql.sql.queries.events import ValidEvent
-from a2sql.sql.queries.fused import Fused
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Context:
-    """What every call needs besides its arguments."""
-
-    backend: Backend
-    clock: Clock
-    ids: Callable[[], str]
-    limits: validate.Limits
-    # How long a2sql's own transactions wait for a lock (SQLite: the busy timeout).
-    lock_timeout_ms: int
-    # Sessions whose call sent whole lately wrote nothing where the call after the
-    # lock then did (another writer held the session, or went ahead): until when
-    # (time.monotonic()) their calls go straight the way after the lock.
-    contended: dict[str, float] = field(default_factory=dict)
-
-    def now(self) -> datetime:
-        """The clock, UTC, to the ms: read after the session's lock, but by a call sent
-        whole with its lock (a2sql.sql.queries.fused), which reads it just before."""
-        if type(self.clock) is SystemClock:  # aware, UTC and to the ms already
-            return self.clock.now()
-        value = self.clock.now()
-        if not isinstance(value, datetime) or value.utcoffset() is None:
-            raise invalid("clock", "now() must return a timezone-aware datetime")
-        try:
-            return truncate_ms(value)
-        except OverflowError:
-            raise invalid("clock", f"now() is outside years 1-9999 in UTC: {value}") from None
-
-
-# Call and ValidEvent are built on every call: named tuples, as a frozen
-# dataclass costs ~0.1 µs a field to build.
-class Call(NamedTuple, Generic[T]):
-    """One transaction to run: ``run(tx)`` after locking ``lock_session``."""
-
-    run: Callable[[Transaction], T]
-    lock_session: str | None = None
-    read_only: bool = False
-    # Whether the result means new events in ``lock_session``: streams are woken.
-    added_events: Callable[[T], bool] | None = None
-    # The common case in one statement after the lock (a2sql.sql.queries.fused), built
-    # when it is sent; ``run`` follows when it answers ``None``.
-    fused: Callable[[], Fused[T]] | None = None
-
-    def wakes(self, result: T) -> bool:
-        return self.added_events is not None and self.added_events(result)
-
-
-@dataclass(frozen=True, slots=True)
-class Done(Generic[T]):
-    """A call answered without touching the database."""
-
-    result: T
-
-
-def _has_events(result: AppendResult | CompleteResult) -> bool:
-    return bool(result.events)
-
-
-def run_in_transaction(connection: Transaction, ctx: Context, call: Call[T]) -> T:
-    """The body of every transaction of a2sql's own, sync or async: lock the session, then
-    run."""
-    if call.fused is not None:
-        return _fused_first(connection, ctx, call)
-    _lock(connection, ctx, call)
-    return call.run(connection)
-
-
-def _lock(connection: Transaction, ctx: Context, call: Call[Any]) -> None:
-    if call.lock_session is not None:
-        ctx.backend.lock_session(
-            connection,
-            call.lock_session,
-            announce=call.added_events is not None,
-            lock_timeout_ms=ctx.lock_timeout_ms,
-        )
-
-
-def _fused_first(connection: Transaction, ctx: Context, call: Call[T]) -> T:
-    """A call with a fused statement (a2sql.sql.queries.fused): first the session's lock tried
-    and the guarded statement sent at once, on the direct path in one round trip (and
-    one transaction, unless the caller decides the commit). When that wrote nothing,
-    the call after the lock: its clock read anew, its fused statement, then the full
-    path if that wrote nothing either. A session found contended skips the first."""
-    commit = type(connection) is DirectTransaction and not connection.commits_later
-    session = call.lock_session
-    assert session is not None
-    contended = commit and is_contended(ctx, session)
-    if not contended:
-        result = _fused(connection, ctx, call, tried=True, commit=commit)
-        if result is not None:
-            return result
-    if commit:
-        # Over, having written nothing: the call again, once the lock is granted,
-        # in two round trips.
-        again = _fused(connection, ctx, call, tried=False, commit=True)
-        if again is not None:
-            if not contended:
-                remember_contended(ctx, session)
-            return again
-        _lock(connection, ctx, call)
-        return call.run(connection)
-    # Nothing was written, in the transaction still open: the lock (held already if
-    # it was granted: the same statements then as on the direct path).
-    _lock(connection, ctx, call)
-    return _run_locked(connection, call)
-
-
-# How long a session stays contended, and how many are remembered at most.
-CONTENDED_S = 1.0
-_MAX_CONTENDED = 1024
-
-
-def is_contended(ctx: Context, session: str) -> bool:
-    """Whether ``session``'s calls go straight the way after the lock for now."""
-    return ctx.contended.get(session, 0.0) > time.monotonic()
-
-
-def remember_contended(ctx: Context, session: str) -> None:
-    """Send ``session``'s calls the way after the lock for a while: a call sent whole that
-    finds the lock held costs a round trip more than that way, and a session contended
-    now likely is a moment later."""
-    contended = ctx.contended
-    if len(contended) >= _MAX_CONTENDED:
-        contended.clear()
-    contended[session] = time.monotonic() + CONTENDED_S
-
-
-def sends_whole(ctx: Context, call: Call[Any]) -> bool:
-    """Whether ``call`` is sent whole first, its lock only tried (``lock_statements``) and
-    its guarded statement with it: it has a fused statement, and its session is not
-    contended."""
-    return call.fused is not None and not is_contended(ctx, cast(str, call.lock_session))
-
-
-def lock_statements(
-    ctx: Context, call: Call[Any], *, tried: bool, commits: bool
-) -> tuple[tuple[Executable, Params], tuple[Executable, Params] | None]:
-    """The statement that takes ``call``'s session lock (``tried``: only tries it), and
-    the one that wakes streams of its session, or ``None``.
-
-    ``commits``: the transaction is sent whole with its COMMIT, and a call that adds
-    events wakes streams with the second statement, sent with it to run after the
-    commit (a2sql.backends.postgresql), whether or not the call wrote: a stream woken for
-    nothing reads nothing new. Otherwise the lock statement itself notifies, and
-    the second is ``None``."""
-    session = call.lock_session
-    assert session is not None
-    adds = call.added_events is not None
-    then = ctx.backend.announcement(session) if adds and commits else None
-    lock = ctx.backend.own_try_lock if tried else ctx.backend.own_lock
-    return (
-        lock(session, announce=adds and not commits, lock_timeout_ms=ctx.lock_timeout_ms),
-        then,
-    )
-
-
-def after_the_lock(call: Call[T]) -> Call[T]:
-    """``call`` without its first try: the lock, then its fused statement, then the full
-    path if that wrote nothing (for a call sent whole that wrote nothing)."""
-    return call._replace(run=partial(_run_locked, call=call), fused=None)
-
-
-def _fused(
-    connection: Transaction, ctx: Context, call: Call[T], *, tried: bool, commit: bool
-) -> T | None:
-    """The call's fused statement's answer.
-    ``tried``: the lock only tried, the clock read before it and the guarded statement
-    sent with it; else the clock is read once the lock is granted (only on the direct
-    path, in a pipeline of two round trips)."""
-    assert call.fused is not None
-    lock, then = lock_statements(ctx, call, tried=tried, commits=commit)
-    fuse, built = call.fused, list[Fused[T]]()
-    rows: Sequence[AnyRow]
-
-    def statement() -> tuple[Executable, Mapping[str, Any]]:
-        fused = fuse()
-        built.append(fused)
-        return (fused.guarded if tried else fused.statement), fused.params
-
-    with collisions(built):
-        if type(connection) is DirectTransaction:
-            if tried:  # the clock read now, before the lock
-                ready = statement()
-                rows = connection.pipeline(
-                    lock, lambda: ready, wait_for_lock=False, commit=commit, then=then
-                )
-            else:
-                rows = connection.pipeline(
-                    lock, statement, wait_for_lock=True, commit=commit, then=then
-                )
-        else:
-            execute.run(connection, *lock)
-            rows = execute.rows(connection, *statement())
-    return built[0].answer(rows)
-
-
-def _run_locked(connection: Transaction, call: Call[T]) -> T:
-    """The call, the session's lock taken: its fused statement first when it has one."""
-    if call.fused is not None:
-        fused = call.fused()
-        with collisions([fused]):
-            result = fused.answer(execute.rows(connection, fused.statement, fused.params))
-        if result is not None:
-            return result
-    return call.run(connection)
-
-
-@contextmanager
-def collisions(built: Sequence[Fused[Any]]) -> Iterator[None]:
-    """A hit on the unique event id index as the fused call's own error, if it has one
-    (``built``: the fused statement, once it is built)."""
-    try:
-        yield
-    except DBAPIError as error:
-        if not built or built[0].collided is None or not is_event_id_collision(error):
-            raise
-        raise built[0].collided(error) from None
-
-
-def run_own_transaction(connection: Connection, ctx: Context, call: Call[T]) -> T:
-    """``run_in_transaction`` in a transaction a2sql began itself with ``connection.begin()``."""
-    ctx.backend.begin_own(connection, read_only=call.read_only, busy_timeout_ms=ctx.lock_timeout_ms)
-    with unprepared_behind_pooler(connection):
-        return run_in_transaction(connection, ctx, call)
-
-
-def run_in_savepoint(connection: Connection, ctx: Context, call: Call[T]) -> T:
-    """The call in a savepoint of the caller's transaction on ``connection``.
-
-    The caller's transaction is neither committed nor rolled back; an error
-    rolls back to the savepoint, so the caller's transaction stays usable.
-    """
-    check_connection(connection, ctx.backend)
-    try:
-        if not call.read_only:
-            ctx.backend.hold_write_lock(connection, busy_timeout_ms=ctx.lock_timeout_ms)
-        with unprepared_behind_pooler(connection), connection.begin_nested():
-            if call.lock_session is not None:
-                # The caller's own lock timeout applies; the lock statement
-                # checks the transaction's isolation level.
-                ctx.backend.lock_session(
-                    connection,
-                    call.lock_session,
-                    announce=call.added_events is not None,
-                    lock_timeout_ms=None,
-                )
-            elif not call.read_only:
-                ctx.backend.check_isolation(connection)
-            return _run_locked(connection, call)
-    except DBAPIError as error:
-        refused = refusal(error)
-        if refused is None:
-            raise
-        raise refused from error
 
 
 def _valid_cause(cause: object, where: str) -> EventCause:
@@ -390,31 +119,24 @@ def _index_bound(value: object, argument: str) -> int | None:
 # --- the store's methods ------------------------------------------------------
 
 
-def append(ctx: Context, session_id: object, events: object) -> Call[AppendResult]:
+def append(ctx: Context, session_id: object, events: object) -> Plan[AppendResult]:
     sid = validate.name(session_id, "session_id")
     batch = _valid_events(ctx, events, "events")
     if not batch:
-        return Call(lambda c: append_ops.has_pending(c, sid), read_only=True)
-    fused = None
-    if (
-        ctx.backend.capabilities.one_statement_writes
-        and fused_ops.fuses(batch)
-        and all(e.cause is None for e in batch)
-    ):
-        fused = lambda: fused_ops.append(sid, batch, now=ctx.now(), new_id=ctx.ids)  # noqa: E731
-    return Call(
+        return Plan(lambda c: append_ops.has_pending(c, sid), read_only=True)
+    return Plan(
         lambda c: append_ops.append(c, sid, batch, now=ctx.now(), new_id=ctx.ids),
         lock_session=sid,
-        added_events=_has_events,
-        fused=fused,
+        added_events=has_events,
+        one_statement=ctx.backend.one_statement_append(ctx, sid, batch),
     )
 
 
-def read(session_id: object, after_index: object, through_index: object) -> Call[list[StoredEvent]]:
+def read(session_id: object, after_index: object, through_index: object) -> Plan[list[StoredEvent]]:
     sid = validate.name(session_id, "session_id")
     after = _index_bound(after_index, "after_index")
     through = _index_bound(through_index, "through_index")
-    return Call(lambda c: append_ops.read(c, sid, after, through), read_only=True)
+    return Plan(lambda c: append_ops.read(c, sid, after, through), read_only=True)
 
 
 def claim_available(
@@ -425,7 +147,7 @@ def claim_available(
     expires_at: object,
     exclude_indexes: object,
     limit: object,
-) -> Call[ClaimResult]:
+) -> Plan[ClaimResult]:
     sid = validate.name(session_id, "session_id")
     who = validate.name(holder, "holder")
     expiry = _lease(ctx, ttl_ms, expires_at)
@@ -449,21 +171,12 @@ def claim_available(
             limit=most,
         )
 
-    def fused() -> Fused[ClaimResult]:
-        now = ctx.now()
-        return fused_ops.claim_available(
-            sid,
-            holder=who,
-            now=now,
-            expires_at=expiry(now),
-            exclude_indexes=excluded,
-            limit=most,
-        )
-
-    return Call(
+    return Plan(
         run,
         lock_session=sid,
-        fused=fused if ctx.backend.capabilities.one_statement_writes else None,
+        one_statement=ctx.backend.one_statement_claim(
+            ctx, sid, holder=who, lease=expiry, exclude_indexes=excluded, limit=most
+        ),
     )
 
 
@@ -486,7 +199,7 @@ def claim_next(
     expires_at: object,
     limit: object,
     prefix: object,
-) -> Call[Dispatch]:
+) -> Plan[Dispatch]:
     who = validate.name(holder, "holder")
     expiry = _lease(ctx, ttl_ms, expires_at)
     most = _claim_limit(limit)
@@ -498,7 +211,7 @@ def claim_next(
         )
 
     # Which session it locks is decided inside: claim_next locks it itself.
-    return Call(run)
+    return Plan(run)
 
 
 def _claim_refs(claims: object) -> list[ClaimRef]:
@@ -514,13 +227,13 @@ def _claim_refs(claims: object) -> list[ClaimRef]:
 
 def release_claims(
     ctx: Context, session_id: object, holder: object, claims: object
-) -> Call[ReleaseResult] | Done[ReleaseResult]:
+) -> Plan[ReleaseResult] | Answered[ReleaseResult]:
     sid = validate.name(session_id, "session_id")
     who = validate.name(holder, "holder")
     refs = _claim_refs(claims)
     if not refs:
-        return Done(ReleaseResult(released=[], superseded=[]))
-    return Call(
+        return Answered(ReleaseResult(released=[], superseded=[]))
+    return Plan(
         lambda c: claim_ops.release_claims(c, sid, holder=who, claims=refs),
         lock_session=sid,
         # Not new events, but free ones: other processes' idle workers wake.
@@ -535,13 +248,13 @@ def renew_claims(
     claims: object,
     ttl_ms: object,
     expires_at: object,
-) -> Call[RenewResult] | Done[RenewResult]:
+) -> Plan[RenewResult] | Answered[RenewResult]:
     sid = validate.name(session_id, "session_id")
     who = validate.name(holder, "holder")
     expiry = _lease(ctx, ttl_ms, expires_at)
     refs = _claim_refs(claims)
     if not refs:
-        return Done(RenewResult(renewed=[], superseded=[]))
+        return Answered(RenewResult(renewed=[], superseded=[]))
 
     def run(tx: Transaction) -> RenewResult:
         now = ctx.now()
@@ -549,7 +262,7 @@ def renew_claims(
             tx, sid, holder=who, claims=refs, now=now, expires_at=expiry(now)
         )
 
-    return Call(run, lock_session=sid)
+    return Plan(run, lock_session=sid)
 
 
 def _valid_completion(
@@ -562,27 +275,22 @@ def _valid_completion(
 
 def complete_attempt(
     ctx: Context, session_id: object, index: object, attempt: object, events: object
-) -> Call[CompleteResult]:
+) -> Plan[CompleteResult]:
     sid = validate.name(session_id, "session_id")
     at, att, batch = _valid_completion(ctx, index, attempt, events, "")
-    fused = None
-    if ctx.backend.capabilities.one_statement_writes and fused_ops.fuses(batch):
-        fused = lambda: fused_ops.complete(  # noqa: E731
-            sid, index=at, attempt=att, batch=batch, now=ctx.now(), new_id=ctx.ids
-        )
-    return Call(
+    return Plan(
         lambda c: attempt_ops.complete_attempt(
             c, sid, index=at, attempt=att, batch=batch, now=ctx.now(), new_id=ctx.ids
         ),
         lock_session=sid,
-        added_events=_has_events,
-        fused=fused,
+        added_events=has_events,
+        one_statement=ctx.backend.one_statement_complete(ctx, sid, at, att, batch),
     )
 
 
 def complete_attempts(
     ctx: Context, session_id: object, completions: object
-) -> Call[list[CompleteResult]] | Done[list[CompleteResult]]:
+) -> Plan[list[CompleteResult]] | Answered[list[CompleteResult]]:
     sid = validate.name(session_id, "session_id")
     valid = []
     for position, completion in enumerate(validate.sequence(completions, "completions")):
@@ -595,7 +303,7 @@ def complete_attempts(
             )
         )
     if not valid:
-        return Done([])
+        return Answered([])
 
     def run(tx: Transaction) -> list[CompleteResult]:
         # One clock reading and one lock for the call; each completion then
@@ -608,7 +316,7 @@ def complete_attempts(
             for at, att, batch in valid
         ]
 
-    return Call(
+    return Plan(
         run,
         lock_session=sid,
         added_events=lambda results: any(result.events for result in results),
@@ -623,7 +331,7 @@ def fail_attempt(
     error: object,
     max_failures: object,
     retry_after_ms: object,
-) -> Call[FailResult]:
+) -> Plan[FailResult]:
     sid = validate.name(session_id, "session_id")
     at = validate.integer(index, "index", minimum=1)
     att = validate.integer(attempt, "attempt", minimum=1)
@@ -652,47 +360,37 @@ def fail_attempt(
             retry_at=retry_at,
         )
 
-    def fused() -> Fused[FailResult]:
-        now = ctx.now()
-        return fused_ops.fail_attempt(
-            sid,
-            index=at,
-            attempt=att,
-            error=message,
-            max_failures=limit,
-            now=now,
-            retry_at=validate.expiry(now, delay, "retry_after_ms") if delay else None,
-        )
-
-    return Call(
+    return Plan(
         run,
         lock_session=sid,
-        fused=fused if ctx.backend.capabilities.one_statement_writes else None,
+        one_statement=ctx.backend.one_statement_fail(
+            ctx, sid, at, att, error=message, max_failures=limit, retry_after_ms=delay
+        ),
     )
 
 
-def read_state(session_id: object, reducer_name: object) -> Call[StateRead]:
+def read_state(session_id: object, reducer_name: object) -> Plan[StateRead]:
     sid = validate.name(session_id, "session_id")
     reducer = validate.name(reducer_name, "reducer_name")
-    return Call(lambda c: state_ops.read_state(c, sid, reducer), read_only=True)
+    return Plan(lambda c: state_ops.read_state(c, sid, reducer), read_only=True)
 
 
 def put_snapshot(
     ctx: Context, session_id: object, reducer_name: object, index: object, state: object
-) -> Call[None]:
+) -> Plan[None]:
     sid = validate.name(session_id, "session_id")
     reducer = validate.name(reducer_name, "reducer_name")
     at = validate.integer(index, "index", minimum=1)
     state_json = validate.json_value(state, "state", ctx.limits)
-    return Call(
+    return Plan(
         lambda c: state_ops.put_snapshot(c, ctx.backend, sid, reducer, at, state_json, ctx.now()),
         lock_session=sid,
     )
 
 
-def stream_page(session_id: str, after_index: int, limit: int) -> Call[list[StoredEvent]]:
+def stream_page(session_id: str, after_index: int, limit: int) -> Plan[list[StoredEvent]]:
     """The next page of a stream (arguments already checked when the stream opened)."""
-    return Call(
+    return Plan(
         lambda c: (
             inspect_ops.read_events(
                 c,
@@ -715,7 +413,7 @@ def presence_set(
     at: object,
     seen: object,
     ttl_ms: object,
-) -> Call[None] | Done[None]:
+) -> Plan[None] | Answered[None]:
     """``at=None`` is the store's clock at the write, ``seen=None`` the write's ``at``
     in ms since the Unix epoch (see a2sql.sql.queries.presence.default_seen)."""
     space = validate.name(ns, "ns")
@@ -732,7 +430,7 @@ def presence_set(
         for field, value in fields.items()
     ]
     if not encoded:
-        return Done(None)
+        return Answered(None)
 
     def run(tx: Transaction) -> None:
         now = ctx.now()
@@ -749,19 +447,19 @@ def presence_set(
             expires_at=validate.expiry(now, ttl),
         )
 
-    return Call(run)
+    return Plan(run)
 
 
-def presence_read(ctx: Context, ns: object) -> Call[list[PresenceEntry]]:
+def presence_read(ctx: Context, ns: object) -> Plan[list[PresenceEntry]]:
     space = validate.name(ns, "ns")
-    return Call(lambda c: presence_ops.read(c, space, ctx.now()), read_only=True)
+    return Plan(lambda c: presence_ops.read(c, space, ctx.now()), read_only=True)
 
 
-def list_sessions(ctx: Context, prefix: object, cursor: object, limit: object) -> Call[SessionPage]:
+def list_sessions(ctx: Context, prefix: object, cursor: object, limit: object) -> Plan[SessionPage]:
     under = _prefix(prefix)
     after = validate.optional_name(cursor, "cursor")
     count = validate.limit(limit)
-    return Call(
+    return Plan(
         lambda c: inspect_ops.list_sessions(
             c, ctx.backend, prefix=under, cursor=after, limit=count, now=ctx.now()
         ),
@@ -769,20 +467,20 @@ def list_sessions(ctx: Context, prefix: object, cursor: object, limit: object) -
     )
 
 
-def session_summary(ctx: Context, session_id: object) -> Call[SessionSummary | None]:
+def session_summary(ctx: Context, session_id: object) -> Plan[SessionSummary | None]:
     sid = validate.name(session_id, "session_id")
-    return Call(lambda c: inspect_ops.session(c, ctx.backend, sid, now=ctx.now()), read_only=True)
+    return Plan(lambda c: inspect_ops.session(c, ctx.backend, sid, now=ctx.now()), read_only=True)
 
 
-def totals(ctx: Context) -> Call[StoreTotals]:
-    return Call(lambda c: inspect_ops.totals(c, now=ctx.now()), read_only=True)
+def totals(ctx: Context) -> Plan[StoreTotals]:
+    return Plan(lambda c: inspect_ops.totals(c, now=ctx.now()), read_only=True)
 
 
-def list_dead_letters(prefix: object, cursor: object, limit: object) -> Call[DeadLetterPage]:
+def list_dead_letters(prefix: object, cursor: object, limit: object) -> Plan[DeadLetterPage]:
     under = _prefix(prefix)
     after = inspect_ops.dead_letter_cursor(cursor)
     count = validate.limit(limit)
-    return Call(
+    return Plan(
         lambda c: inspect_ops.list_dead_letters(c, prefix=under, cursor=after, limit=count),
         read_only=True,
     )
@@ -791,10 +489,10 @@ def list_dead_letters(prefix: object, cursor: object, limit: object) -> Call[Dea
 # --- operators' repairs and retention -------------------------------------------
 
 
-def retry_dead_letter(session_id: object, index: object) -> Call[RetryResult]:
+def retry_dead_letter(session_id: object, index: object) -> Plan[RetryResult]:
     sid = validate.name(session_id, "session_id")
     at = validate.integer(index, "index", minimum=1)
-    return Call(
+    return Plan(
         lambda c: repair_ops.retry_dead_letter(c, sid, index=at),
         lock_session=sid,
         # Not a new event, but one claimable again: idle workers wake.
@@ -802,13 +500,13 @@ def retry_dead_letter(session_id: object, index: object) -> Call[RetryResult]:
     )
 
 
-def skip_event(ctx: Context, session_id: object, index: object, reason: object) -> Call[SkipResult]:
+def skip_event(ctx: Context, session_id: object, index: object, reason: object) -> Plan[SkipResult]:
     sid = validate.name(session_id, "session_id")
     at = validate.integer(index, "index", minimum=1)
     why = validate.text(reason, "reason", ctx.limits)
     if not why.strip():
         raise invalid("reason", "must say why the event is skipped (it is kept in last_error)")
-    return Call(
+    return Plan(
         lambda c: repair_ops.skip_event(c, sid, index=at, reason=why, now=ctx.now()),
         lock_session=sid,
         # The next event of its lane may be claimable now.
@@ -816,19 +514,19 @@ def skip_event(ctx: Context, session_id: object, index: object, reason: object) 
     )
 
 
-def delete_session(ctx: Context, session_id: object) -> Call[DeleteResult]:
+def delete_session(ctx: Context, session_id: object) -> Plan[DeleteResult]:
     sid = validate.name(session_id, "session_id")
-    return Call(lambda c: retention_ops.delete_session(c, ctx.backend, sid), lock_session=sid)
+    return Plan(lambda c: retention_ops.delete_session(c, ctx.backend, sid), lock_session=sid)
 
 
 def _cut(settled_before: object) -> datetime:
     return truncate_ms(validate.aware_datetime(settled_before, "settled_before"))
 
 
-def prunable(ctx: Context, settled_before: object, prefix: object) -> Call[PruneResult]:
+def prunable(ctx: Context, settled_before: object, prefix: object) -> Plan[PruneResult]:
     cut = _cut(settled_before)
     under = _prefix(prefix)
-    return Call(
+    return Plan(
         lambda c: retention_ops.prunable_totals(c, ctx.backend, settled_before=cut, prefix=under),
         read_only=True,
     )
@@ -837,8 +535,8 @@ def prunable(ctx: Context, settled_before: object, prefix: object) -> Call[Prune
 class PruneCalls(NamedTuple):
     """``prune`` as calls: find the candidates, then one short transaction per session."""
 
-    candidates: Call[list[str]]
-    session: Callable[[str], Call[DeleteResult | None]]
+    candidates: Plan[list[str]]
+    session: Callable[[str], Plan[DeleteResult | None]]
 
 
 def prune(ctx: Context, settled_before: object, prefix: object, limit: object) -> PruneCalls:
@@ -846,14 +544,14 @@ def prune(ctx: Context, settled_before: object, prefix: object, limit: object) -
     under = _prefix(prefix)
     count = validate.limit(limit)
 
-    def session(sid: str) -> Call[DeleteResult | None]:
-        return Call(
+    def session(sid: str) -> Plan[DeleteResult | None]:
+        return Plan(
             lambda c: retention_ops.prune_session(c, ctx.backend, sid, settled_before=cut),
             lock_session=sid,
         )
 
     return PruneCalls(
-        Call(
+        Plan(
             lambda c: retention_ops.prunable(
                 c, ctx.backend, settled_before=cut, prefix=under, limit=count
             ),
@@ -865,12 +563,12 @@ def prune(ctx: Context, settled_before: object, prefix: object, limit: object) -
 
 def read_events(
     session_id: object, after_index: object, through_index: object, limit: object
-) -> Call[EventPage]:
+) -> Plan[EventPage]:
     sid = validate.name(session_id, "session_id")
     after = validate.integer(after_index, "after_index", minimum=0)
     through = _index_bound(through_index, "through_index")
     count = validate.limit(limit)
-    return Call(
+    return Plan(
         lambda c: inspect_ops.read_events(
             c, sid, after_index=after, through_index=through, limit=count
         ),
@@ -878,9 +576,9 @@ def read_events(
     )
 
 
-def list_snapshots(session_id: object) -> Call[list[SnapshotInfo]]:
+def list_snapshots(session_id: object) -> Plan[list[SnapshotInfo]]:
     sid = validate.name(session_id, "session_id")
-    return Call(lambda c: state_ops.list_snapshots(c, sid), read_only=True)
+    return Plan(lambda c: state_ops.list_snapshots(c, sid), read_only=True)
 
 
 def stream_start(

@@ -2,8 +2,9 @@
 
 ``append``, ``claim_available``, ``complete_attempt`` and ``fail_attempt`` do
 their common case in one pipeline of two statements, the session's lock tried
-and the guarded statement, answered in one round trip (a2sql.core.operations,
-a2sql.sql.queries.fused). Handed to a thread (a2sql.execution.threads), each would also cost the
+and the guarded statement, answered in one round trip (a2sql.execution.running,
+a2sql.backends.postgresql.one_statement). Handed to a thread (a2sql.execution.threads), each would
+also cost the
 hand-off there and back: on a machine where a thread switch costs tens of
 microseconds that took an ``AsyncStore`` cycle to about half a ``Store``'s
 speed. So an ``AsyncStore`` opened from a URL writes that pipeline itself
@@ -40,17 +41,18 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from a2sql.core.errors import closed_store
-from a2sql.core.operations import Call, Context, collisions, lock_statements
+from a2sql.core.plans import Context, Plan
 from a2sql.execution.connecting import invalidated, opened
 from a2sql.execution.pooler import answered_by_pooler, implicit_at
 from a2sql.execution.raw import (
     BEGIN_READ_COMMITTED,
     COMMIT,
-    DirectTransaction,
     Params,
+    RawTransaction,
     Row,
     prepared,
 )
+from a2sql.execution.running import collisions, lock_statements
 from a2sql.execution.settling import Settling
 from a2sql.execution.transactions import KEEP_IDLE, MAX_IDLE_S
 
@@ -125,7 +127,7 @@ class _Held:
                 rows = await wire.answer_async(self._ready)
         except driver.Error as error:  # psycopg's, whichever it is
             lost = bool(driver.broken or driver.closed)
-            raise DirectTransaction.wrap(
+            raise RawTransaction.wrap(
                 engine.sync_engine,
                 error,
                 f"{lock_sql};\n{sql}",
@@ -188,7 +190,7 @@ class OnLoop:
         """Connections kept checked out for the next calls, unused right now."""
         return len(self._idle)
 
-    async def run(self, ctx: Context, call: Call[T]) -> T | None:
+    async def run(self, ctx: Context, call: Plan[T]) -> T | None:
         """``call`` sent whole, its lock only tried: its result, or ``None`` if it wrote
         nothing (the lock was held, or the guard refused), for the way after the lock.
 
@@ -238,10 +240,10 @@ class OnLoop:
             if drained is not None and not self._running and not drained.done():
                 drained.set_result(None)
 
-    async def _whole(self, held: _Held, ctx: Context, call: Call[T]) -> T | None:
-        assert call.fused is not None
+    async def _whole(self, held: _Held, ctx: Context, call: Plan[T]) -> T | None:
+        assert call.one_statement is not None
         lock, then = lock_statements(ctx, call, tried=True, commits=True)
-        fused = call.fused()  # the clock read now, before the lock
+        fused = call.one_statement()  # the clock read now, before the lock
         with collisions([fused]):
             rows = await held.pipeline(
                 self._engine, self._dialect, lock, fused.guarded, fused.params, then
@@ -304,7 +306,7 @@ class OnLoop:
                     backend_pid, isolation = cast("tuple[int, str]", await cursor.fetchone())
             except driver.Error as error:  # lost since the pool's check, say
                 lost = bool(driver.broken or driver.closed)
-                raise DirectTransaction.wrap(
+                raise RawTransaction.wrap(
                     self._engine.sync_engine, error, _ASK, (), lost=lost
                 ) from error
         except BaseException:

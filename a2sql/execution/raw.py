@@ -15,7 +15,7 @@ lost connections invalidated as SQLAlchemy does it.
 after ``create_store``, sees every statement of every later transaction:
 those then run through ``Connection.execute``.
 
-A store holds a driver connection across many transactions (``HeldConnection``):
+A store holds a driver connection across many transactions (``KeptConnection``):
 its cursor is made once, and on PostgreSQL it stays in psycopg's autocommit
 mode while held, a2sql sending ``BEGIN`` and ``COMMIT`` itself (it rolls back
 through the driver), or neither for a transaction it sends whole in one
@@ -243,7 +243,7 @@ def prepared(statement: Executable, dialect: Dialect) -> Prepared:
     return found
 
 
-class HeldConnection:
+class KeptConnection:
     """A pooled driver connection while a store holds it, across its transactions.
 
     Set up when the store takes it from the pool, put back as it was by
@@ -295,8 +295,11 @@ class HeldConnection:
         pooled.close()
 
 
-class DirectTransaction:
-    """One a2sql transaction on a held driver connection's cursor."""
+class RawTransaction:
+    """One a2sql transaction on a held driver connection's cursor: an ``Executor``
+    (a2sql.execution.executor) that sends a plan whole."""
+
+    sends_whole = True
 
     __slots__ = (
         "_cursor",
@@ -312,7 +315,7 @@ class DirectTransaction:
         "sends_begin",
     )
 
-    def __init__(self, engine: Engine, held: HeldConnection) -> None:
+    def __init__(self, engine: Engine, held: KeptConnection) -> None:
         self._engine = engine
         self._held = held
         self._pooled = held.pooled
@@ -465,12 +468,24 @@ class DirectTransaction:
         found = self.send(sql, arguments, fetch=prepared.fetch)
         return prepared.rows(found) if found else found
 
+    def first(self, statement: Executable, params: Params) -> Row | None:
+        found = self.rows(statement, params)
+        return found[0] if found else None
+
+    def run(self, statement: Executable, params: Params) -> None:
+        self.rows(statement, params)
+
     def count(self, statement: Executable, params: Params) -> int:
         """Run a statement that returns no rows; how many rows it changed."""
         self.rows(statement, params)
         return int(self._cursor.rowcount)
 
     def run_many(self, statement: Executable, many: Sequence[Params]) -> None:
+        if len(many) == 1:
+            self.rows(statement, many[0])
+            return
+        if not many:
+            return
         prepared = self._prepare(statement)
         assert prepared.shapes is None, "executemany takes no expanding parameters"
         self.send(prepared.sql, [prepared.arguments(params)[1] for params in many], many=True)

@@ -42,15 +42,15 @@ from contextlib import suppress
 from functools import partial
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from a2sql.backends.sqlite_file import DatabaseFile
 from a2sql.core.errors import closed_store
-from a2sql.core.operations import Call, Context, run_in_transaction
+from a2sql.core.plans import Context, Plan
 from a2sql.execution.executor import Transaction
-from a2sql.execution.raw import DirectTransaction
-from a2sql.execution.transactions import KEEP_IDLE, PooledTransactions
+from a2sql.execution.running import run_in_transaction
+from a2sql.execution.transactions import KEEP_IDLE, TransactionRunner
 
 T = TypeVar("T")
 
@@ -70,7 +70,7 @@ class Job:
 
     __slots__ = ("_abandoned", "_committing", "_driver", "_lock", "call")
 
-    def __init__(self, call: Call[Any]) -> None:
+    def __init__(self, call: Plan[Any]) -> None:
         self.call = call
         self._lock = threading.Lock()
         self._abandoned = False
@@ -112,18 +112,11 @@ class Job:
                     self._driver.cancel_safe()
 
 
-def _driver_of(transaction: Transaction) -> Any:
-    if isinstance(transaction, Connection):  # SQL logging on: the Connection path
-        return transaction.connection.driver_connection
-    return transaction.driver_connection
-
-
 def _unless_abandoned(transaction: Transaction, ctx: Context, job: Job) -> Any:
-    if isinstance(transaction, DirectTransaction):
-        # The commit is decided here, after the statements: a pipeline leaves
-        # the transaction open (a2sql.sql.queries.fused).
-        transaction.commits_later = True
-    job.running_on(_driver_of(transaction))
+    # The commit is decided here, after the statements: a pipeline leaves the
+    # transaction open (a2sql.backends.postgresql.one_statement).
+    transaction.commits_later = True
+    job.running_on(transaction.driver_connection)
     try:
         result = run_in_transaction(transaction, ctx, job.call)
     finally:
@@ -174,7 +167,7 @@ def _busy(error: OperationalError) -> bool:
     return getattr(error.orig, "sqlite_errorname", None) == "SQLITE_BUSY"
 
 
-class SyncPath:
+class ThreadRunner:
     """An ``AsyncStore``'s own transactions on ``engine``, a sync engine of its database."""
 
     def __init__(self, engine: Engine, ctx: Context, database_file: DatabaseFile | None) -> None:
@@ -183,14 +176,14 @@ class SyncPath:
         # and only a write that finds the lock held goes to the one thread.
         one_writer = ctx.backend.capabilities.one_writer
         self._cancellable = ctx.backend.capabilities.cancellable_statements
-        self._waiting = PooledTransactions(
+        self._waiting = TransactionRunner(
             engine,
             lock_timeout_ms=ctx.lock_timeout_ms,
             database_file=database_file,
             keep_idle=1 if one_writer else KEEP_IDLE,
         )
         self._inline = (
-            PooledTransactions(engine, lock_timeout_ms=0, database_file=database_file, keep_idle=1)
+            TransactionRunner(engine, lock_timeout_ms=0, database_file=database_file, keep_idle=1)
             if one_writer
             else None
         )
@@ -202,7 +195,7 @@ class SyncPath:
         # connection back).
         self._handed: set[Future[Any]] = set()
 
-    async def run(self, ctx: Context, call: Call[T]) -> T:
+    async def run(self, ctx: Context, call: Plan[T]) -> T:
         """``call`` in one transaction: committed, or rolled back and raised."""
         if self._inline is not None:
             # Run inline, the call would never suspend: a task looping on the

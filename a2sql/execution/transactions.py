@@ -6,7 +6,7 @@ a few of those checked out between transactions: checking one out of the
 pool and back costs more than a whole transaction's BEGIN and COMMIT on
 SQLite (the pool's checkout, and its reset on return), and a held
 connection keeps what each transaction would otherwise set up again
-(``a2sql.execution.raw.HeldConnection``). Otherwise the
+(``a2sql.execution.raw.KeptConnection``). Otherwise the
 transaction runs on a new SQLAlchemy ``Connection`` from the engine, exactly
 as an application's would: listeners, logging and pool events see it all.
 """
@@ -22,9 +22,9 @@ from sqlalchemy import Engine
 from a2sql.backends import backend_of
 from a2sql.backends.sqlite_file import DatabaseFile
 from a2sql.execution import forks
-from a2sql.execution.executor import Transaction
+from a2sql.execution.executor import ConnectionExecutor, Transaction
 from a2sql.execution.pooler import unprepared_behind_pooler
-from a2sql.execution.raw import DirectTransaction, HeldConnection, can_run_directly, observed
+from a2sql.execution.raw import KeptConnection, RawTransaction, can_run_directly, observed
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -45,11 +45,11 @@ MAX_IDLE_S = 1.0
 class _Kept(NamedTuple):
     """An idle driver connection, and when it went idle."""
 
-    held: HeldConnection
+    held: KeptConnection
     since: float
 
 
-class PooledTransactions:
+class TransactionRunner:
     """Runs ``Store``'s transactions on ``engine``, keeping a few connections between them."""
 
     def __init__(
@@ -112,18 +112,18 @@ class PooledTransactions:
                 connection, read_only=read_only, busy_timeout_ms=self._lock_timeout_ms
             )
             with unprepared_behind_pooler(connection):
-                return body(connection, context, call)
+                return body(ConnectionExecutor(connection), context, call)
 
     def _run_direct(
         self,
-        held: HeldConnection,
+        held: KeptConnection,
         body: Callable[[Transaction, C, A], T],
         context: C,
         call: A,
         *,
         read_only: bool,
     ) -> T:
-        tx = DirectTransaction(self._engine, held)
+        tx = RawTransaction(self._engine, held)
         try:
             self._backend.prepare_driver_connection(
                 held.pooled.info, tx.scalar, busy_timeout_ms=self._lock_timeout_ms
@@ -144,7 +144,7 @@ class PooledTransactions:
         self._closed = True
         self._drop_idle()
 
-    def _take(self) -> HeldConnection:
+    def _take(self) -> KeptConnection:
         if self._forks != forks.generation():
             # A forked child: the idle connections are the parent's, in use
             # there. Closing them, or letting SQLAlchemy's garbage collection
@@ -167,15 +167,15 @@ class PooledTransactions:
             pooled = self._engine.raw_connection()
         except error_class as error:
             # Engine.connect() wraps a failure to connect; raw_connection() does not.
-            raise DirectTransaction.wrap(self._engine, error, None, None, lost=True) from error
+            raise RawTransaction.wrap(self._engine, error, None, None, lost=True) from error
         try:
-            return HeldConnection(pooled, sends_begin=self._sends_begin)
+            return KeptConnection(pooled, sends_begin=self._sends_begin)
         except error_class as error:  # lost since the pool's check
             pooled.invalidate(error)
             pooled.close()
-            raise DirectTransaction.wrap(self._engine, error, None, None, lost=True) from error
+            raise RawTransaction.wrap(self._engine, error, None, None, lost=True) from error
 
-    def _give_back(self, held: HeldConnection) -> None:
+    def _give_back(self, held: KeptConnection) -> None:
         if not held.pooled.is_valid:
             # Lost: the idle ones are likely as dead (a server restart, say).
             held.release()

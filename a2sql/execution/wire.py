@@ -1,7 +1,7 @@
 """A transaction's statements written to PostgreSQL at once, and their answers read.
 
 a2sql's hot writes are one pipeline: the session's lock tried, the guarded
-statement, and on some servers ``BEGIN`` and ``COMMIT`` (a2sql.sql.queries.fused).
+statement, and on some servers ``BEGIN`` and ``COMMIT`` (a2sql.backends.postgresql.one_statement).
 psycopg's pipeline mode writes each statement as it is executed, then the
 Sync, then a flush request: four writes for one transaction, as many times
 the server is woken up, and a cursor's bookkeeping for each statement. Here

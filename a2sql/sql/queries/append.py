@@ -141,8 +141,7 @@ def read(
     tx: Transaction, session_id: str, after_index: int | None, through_index: int | None
 ) -> list[StoredEvent]:
     """Events with ``after_index < index <= through_index``, by index."""
-    rows = execute.rows(
-        tx,
+    rows = tx.rows(
         EVENTS_BETWEEN,
         {
             "sid": session_id,

@@ -12,7 +12,6 @@ from sqlalchemy.exc import DBAPIError
 from a2sql.backends.column_types import Timestamp
 from a2sql.core.errors import A2Error, ErrorCode, is_event_id_collision, listed, taken_event_id
 from a2sql.core.records import CompleteResult, EventCause, FailResult, StoredEvent
-from a2sql.execution import executor as execute
 from a2sql.execution.executor import Transaction
 from a2sql.sql.codec import encode_ids, stored_event
 from a2sql.sql.queries.append import duplicate_ids
@@ -116,7 +115,7 @@ FAIL_IF_CURRENT = (
 
 
 def event_at(tx: Transaction, session_id: str, index: int) -> StoredEvent:
-    row = execute.first(tx, EVENT_AT, {"sid": session_id, "index": index})
+    row = tx.first(EVENT_AT, {"sid": session_id, "index": index})
     if row is None:
         raise A2Error(
             ErrorCode.EVENT_NOT_FOUND, f"no event at index {index} in session {session_id!r}"
@@ -143,8 +142,7 @@ def complete_attempt(
     """
     ids = [event.id for event in batch if event.id is not None]
     if duplicate_ids(ids) is None:
-        marked = execute.first(
-            tx,
+        marked = tx.first(
             COMPLETE_IF_CURRENT,
             {
                 "sid": session_id,
@@ -195,7 +193,7 @@ def _append_returned(
 ) -> list[StoredEvent]:
     """After the event was marked processed: promote its lane's head, append the children."""
     if lane is not None:
-        execute.run(tx, PROMOTE_LANE_HEAD, {"sid": session_id, "lane_name": lane})
+        tx.run(PROMOTE_LANE_HEAD, {"sid": session_id, "lane_name": lane})
     try:
         return insert_events(
             tx,
@@ -301,8 +299,7 @@ def fail_attempt(
 ) -> FailResult:
     """Count a failure of the current attempt and release its claim; with
     ``retry_at``, a failed (not dead-lettered) event is claimable again only then (§6)."""
-    failed = execute.first(
-        tx,
+    failed = tx.first(
         FAIL_IF_CURRENT,
         fail_params(
             session_id,

@@ -227,7 +227,7 @@ def claim_available(
     )
     if claimed:
         return ClaimResult("claimed", claimed)
-    [(retry_at,)] = execute.rows(tx, NEXT_EXPIRY, {"sid": session_id, "now": now})
+    [(retry_at,)] = tx.rows(NEXT_EXPIRY, {"sid": session_id, "now": now})
     return nothing_free(retry_at)
 
 
@@ -259,7 +259,7 @@ def claim_events(
         limit=limit,
     )
     return claimed_events(
-        execute.rows(tx, statement, params),
+        tx.rows(statement, params),
         session_id,
         holder=holder,
         now=now,
@@ -379,6 +379,6 @@ def renew_claims(
         # The same claim named twice: renew one at a time, as each renewal
         # changes what the next one sees (an expiry in the past ends it).
         for idx, attempt in candidates:
-            if execute.rows(tx, RENEW, {**params, "claims": [(idx, attempt)]}):
+            if tx.rows(RENEW, {**params, "claims": [(idx, attempt)]}):
                 renewed.append(idx)
     return RenewResult(renewed=sorted(renewed), superseded=sorted(superseded))

@@ -11,7 +11,6 @@ from sqlalchemy import Select, bindparam, func, select
 
 from a2sql.backends.base import Backend
 from a2sql.core.records import Dispatch
-from a2sql.execution import executor as execute
 from a2sql.execution.executor import Transaction
 from a2sql.sql.queries.claims import FREE, NOW, READY, claim_events
 from a2sql.sql.queries.operator_reads import prefix_successor
@@ -88,7 +87,7 @@ def claim_next(
         params = {**under, "now": now}
         if passed:
             params["skipped"] = passed
-        rows = execute.rows(tx, candidates(backend, lower, upper, bool(passed)), params)
+        rows = tx.rows(candidates(backend, lower, upper, bool(passed)), params)
         if not rows:
             break
         for session_id in dict.fromkeys(row[0] for row in rows):
@@ -110,5 +109,5 @@ def claim_next(
     if locked:
         # Claimable events wait in sessions other transactions hold: now, not later.
         return Dispatch("idle", retry_at=now)
-    [(retry_at,)] = execute.rows(tx, next_free(lower, upper), {**under, "now": now})
+    [(retry_at,)] = tx.rows(next_free(lower, upper), {**under, "now": now})
     return Dispatch("idle", retry_at=retry_at)

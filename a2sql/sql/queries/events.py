@@ -150,7 +150,7 @@ def events_by_id(tx: Transaction, ids: Sequence[str]) -> dict[str, StoredEvent]:
 
 def session_status(tx: Transaction, session_id: str) -> tuple[int, bool]:
     """The session's last index (0 when empty) and whether any event is unprocessed."""
-    [(last, pending)] = execute.rows(tx, SESSION_STATUS, {"sid": session_id})
+    [(last, pending)] = tx.rows(SESSION_STATUS, {"sid": session_id})
     return int(last), bool(pending)
 
 
@@ -166,11 +166,11 @@ class AppendStatus(NamedTuple):
 def append_status(tx: Transaction, session_id: str, ids: Sequence[str]) -> AppendStatus:
     """The session's ``AppendStatus``, ``ids`` the event ids the append was given."""
     if not ids or len(ids) > execute.LIST_CHUNK:
-        [(last, pending, retired)] = execute.rows(tx, APPEND_STATUS, {"sid": session_id})
+        [(last, pending, retired)] = tx.rows(APPEND_STATUS, {"sid": session_id})
         taken = bool(ids) and bool(events_by_id(tx, ids))
         return AppendStatus(int(last), bool(pending), int(retired), taken)
-    [(last, pending, retired, taken)] = execute.rows(
-        tx, APPEND_STATUS_AND_IDS, {"sid": session_id, "ids": list(ids)}
+    [(last, pending, retired, taken)] = tx.rows(
+        APPEND_STATUS_AND_IDS, {"sid": session_id, "ids": list(ids)}
     )
     return AppendStatus(int(last), bool(pending), int(retired), bool(taken))
 
@@ -233,7 +233,7 @@ def insert_events(
         # fails on the unique index (PARTIAL_DUPLICATE_BATCH) instead of the
         # two waiting on each other from both ends (a PostgreSQL deadlock).
         rows.sort(key=itemgetter("event_id"))
-    execute.run_many(tx, INSERT_EVENTS, rows)
+    tx.run_many(INSERT_EVENTS, rows)
     return stored
 
 

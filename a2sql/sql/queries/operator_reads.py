@@ -152,7 +152,7 @@ def _summaries(backend: Backend, strict_lower: bool, bounded: bool) -> Select[An
         key > lower if strict_lower else key >= lower
     )
     if bounded:
-        statement = statement.where(key < backend.unestimated(bindparam("upper")))
+        statement = statement.where(key < backend.opaque_to_planner(bindparam("upper")))
     return statement.group_by(key).order_by(key).limit(bindparam("limit"))
 
 
@@ -182,7 +182,7 @@ def list_sessions(
     }
     if upper is not None:
         params["upper"] = upper
-    rows = execute.rows(tx, _summaries(backend, strict, upper is not None), params)
+    rows = tx.rows(_summaries(backend, strict, upper is not None), params)
     sessions = [_summary(row) for row in rows[:limit]]
     more = len(rows) > limit
     return SessionPage(sessions=sessions, cursor=sessions[-1].session_id if more else None)
@@ -192,7 +192,7 @@ def session(
     tx: Transaction, backend: Backend, session_id: str, *, now: datetime
 ) -> SessionSummary | None:
     """The summary of exactly this session, ``None`` when it has no events."""
-    row = execute.first(tx, _one_summary(backend), {"sid": session_id, "now": now})
+    row = tx.first(_one_summary(backend), {"sid": session_id, "now": now})
     return None if row is None else _summary(row)
 
 
@@ -208,7 +208,7 @@ _TOTALS = select(
 
 def totals(tx: Transaction, *, now: datetime) -> StoreTotals:
     """Counts over every session (one pass over the table: for operators, not hot paths)."""
-    [row] = execute.rows(tx, _TOTALS, {"now": now})
+    [row] = tx.rows(_TOTALS, {"now": now})
     return StoreTotals(
         sessions=int(row[0]),
         events=int(row[1]),
@@ -265,7 +265,7 @@ def list_dead_letters(
     params: dict[str, object] = {**prefix_range(prefix), "limit": limit + 1}
     if cursor is not None:
         params["cursor_sid"], params["cursor_idx"] = cursor
-    rows = execute.rows(tx, _dead_letters(cursor is not None, "upper" in params), params)
+    rows = tx.rows(_dead_letters(cursor is not None, "upper" in params), params)
     events = [stored_event(row[:-1]) for row in rows[:limit]]
     more = len(rows) > limit
     last = events[-1] if more else None
@@ -308,8 +308,7 @@ def read_events(
     """
     frontier, _ = session_status(tx, session_id)
     through = frontier if through_index is None else min(through_index, frontier)
-    rows = execute.rows(
-        tx,
+    rows = tx.rows(
         PAGE,
         {"sid": session_id, "after": after_index, "through": through, "limit": limit},
     )

@@ -17,7 +17,6 @@ from sqlalchemy import BindParameter, bindparam, delete, literal_column, or_, se
 from a2sql.backends.base import Backend
 from a2sql.backends.column_types import Timestamp, to_millis
 from a2sql.core.records import PresenceEntry
-from a2sql.execution import executor as execute
 from a2sql.execution.executor import Transaction
 from a2sql.sql.schema import presence as P
 
@@ -116,25 +115,22 @@ def set_fields(
         # Upserts of the fields before this one first: one order for every row.
         _upsert(tx, backend, upserts)
         upserts = []
-        execute.run(
-            tx,
+        tx.run(
             DELETE_FIELD,
             {"ns": ns, "participant": participant, "field": field, "at": at, "now": now},
         )
     _upsert(tx, backend, upserts)
-    execute.run(tx, SWEEP, {"ns": ns, "now": now})
+    tx.run(SWEEP, {"ns": ns, "now": now})
 
 
 def _upsert(tx: Transaction, backend: Backend, rows: list[dict[str, Any]]) -> None:
     if rows:
-        execute.run_many(tx, backend.upsert_presence, rows)
+        tx.run_many(backend.upsert_presence, rows)
 
 
 def read(tx: Transaction, ns: str, now: datetime) -> list[PresenceEntry]:
     """The namespace's live fields (``expires_at > now``), by participant then field."""
     return [
         PresenceEntry(participant, field, value, seen, at, expires_at)
-        for participant, field, value, seen, at, expires_at in execute.rows(
-            tx, LIVE, {"ns": ns, "now": now}
-        )
+        for participant, field, value, seen, at, expires_at in tx.rows(LIVE, {"ns": ns, "now": now})
     ]

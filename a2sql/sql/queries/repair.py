@@ -7,7 +7,6 @@ from datetime import datetime
 from sqlalchemy import bindparam, false, null, update
 
 from a2sql.core.records import RetryResult, SkipResult
-from a2sql.execution import executor as execute
 from a2sql.execution.executor import Transaction
 from a2sql.sql.queries.attempts import NOW, PROMOTE_LANE_HEAD, THIS_EVENT, event_at
 from a2sql.sql.schema import events as E
@@ -41,7 +40,7 @@ def retry_dead_letter(tx: Transaction, session_id: str, *, index: int) -> RetryR
     event = event_at(tx, session_id, index)
     if event.processed_at is not None or event.failed_at is None:
         return RetryResult("not_dead_lettered")
-    execute.run(tx, REQUEUE, {"sid": session_id, "index": index})
+    tx.run(REQUEUE, {"sid": session_id, "index": index})
     return RetryResult("requeued")
 
 
@@ -53,7 +52,7 @@ def skip_event(
     event = event_at(tx, session_id, index)
     if event.processed_at is not None:
         return SkipResult("already_processed")
-    execute.run(tx, SKIP, {"sid": session_id, "index": index, "now": now, "reason": reason})
+    tx.run(SKIP, {"sid": session_id, "index": index, "now": now, "reason": reason})
     if event.lane is not None:
-        execute.run(tx, PROMOTE_LANE_HEAD, {"sid": session_id, "lane_name": event.lane})
+        tx.run(PROMOTE_LANE_HEAD, {"sid": session_id, "lane_name": event.lane})
     return SkipResult("skipped")

@@ -11,7 +11,6 @@ from sqlalchemy import Select, bindparam, case, delete, func, literal_column, se
 from a2sql.backends.base import Backend
 from a2sql.backends.column_types import Timestamp
 from a2sql.core.records import DeleteResult, PruneResult
-from a2sql.execution import executor as execute
 from a2sql.execution.executor import Transaction
 from a2sql.sql.queries.events import SESSION
 from a2sql.sql.queries.operator_reads import latest_time, prefix_range
@@ -30,9 +29,9 @@ def delete_session(tx: Transaction, backend: Backend, session_id: str) -> Delete
     start after it, so that a worker still holding one of the deleted session's
     attempts can never fence an event of the new one."""
     params = {"sid": session_id}
-    snapshots = execute.count(tx, DELETE_SNAPSHOTS, params)
-    execute.run(tx, backend.retire_attempts, params)
-    return DeleteResult(events=execute.count(tx, DELETE_EVENTS, params), snapshots=snapshots)
+    snapshots = tx.count(DELETE_SNAPSHOTS, params)
+    tx.run(backend.retire_attempts, params)
+    return DeleteResult(events=tx.count(DELETE_EVENTS, params), snapshots=snapshots)
 
 
 def _settled_before(backend: Backend) -> Any:
@@ -48,7 +47,7 @@ def _candidates(backend: Backend, bounded: bool) -> Select[Any]:
     key = E.c.session_id
     statement = select(key).where(key >= bindparam("lower"))
     if bounded:
-        statement = statement.where(key < backend.unestimated(bindparam("upper")))
+        statement = statement.where(key < backend.opaque_to_planner(bindparam("upper")))
     return (
         statement.group_by(key)
         .having(_settled_before(backend))
@@ -62,7 +61,7 @@ def _prunable_totals(backend: Backend, bounded: bool) -> Select[Any]:
     key = E.c.session_id
     found = select(key, func.count().label("events")).where(key >= bindparam("lower"))
     if bounded:
-        found = found.where(key < backend.unestimated(bindparam("upper")))
+        found = found.where(key < backend.opaque_to_planner(bindparam("upper")))
     settled = found.group_by(key).having(_settled_before(backend)).subquery("settled")
     snapshot_count = (
         select(func.count())
@@ -82,7 +81,7 @@ def prunable(
 ) -> list[str]:
     """Up to ``limit`` sessions under ``prefix`` that ``prune`` may delete, by id."""
     params = {**prefix_range(prefix), "cut": settled_before, "limit": limit}
-    return [row[0] for row in execute.rows(tx, _candidates(backend, "upper" in params), params)]
+    return [row[0] for row in tx.rows(_candidates(backend, "upper" in params), params)]
 
 
 def prunable_totals(
@@ -90,9 +89,7 @@ def prunable_totals(
 ) -> PruneResult:
     """What ``prune`` would delete now, over every call until it returns 0 sessions."""
     params = {**prefix_range(prefix), "cut": settled_before}
-    [(sessions, events, snapshots)] = execute.rows(
-        tx, _prunable_totals(backend, "upper" in params), params
-    )
+    [(sessions, events, snapshots)] = tx.rows(_prunable_totals(backend, "upper" in params), params)
     return PruneResult(sessions=int(sessions), events=int(events), snapshots=int(snapshots))
 
 
@@ -101,7 +98,7 @@ def prune_session(
 ) -> DeleteResult | None:
     """Delete the session if it is still settled before the cut (the caller holds its
     lock, and something may have been appended since it was found): else ``None``."""
-    found = execute.first(tx, _still_settled(backend), {"sid": session_id, "cut": settled_before})
+    found = tx.first(_still_settled(backend), {"sid": session_id, "cut": settled_before})
     if found is None:
         return None
     return delete_session(tx, backend, session_id)

@@ -9,7 +9,6 @@ from sqlalchemy import bindparam, select
 from a2sql.backends.base import Backend
 from a2sql.core.errors import invalid
 from a2sql.core.records import Event, Snapshot, SnapshotInfo, StateRead
-from a2sql.execution import executor as execute
 from a2sql.execution.executor import Transaction
 from a2sql.sql.queries.events import SESSION, session_status
 from a2sql.sql.schema import events as E
@@ -35,10 +34,9 @@ SNAPSHOTS_OF_SESSION = (
 
 def read_state(tx: Transaction, session_id: str, reducer_name: str) -> StateRead:
     """The reducer's snapshot (or None) and every event after it, by index."""
-    row = execute.first(tx, SNAPSHOT_OF, {"sid": session_id, "reducer": reducer_name})
+    row = tx.first(SNAPSHOT_OF, {"sid": session_id, "reducer": reducer_name})
     snapshot = None if row is None else Snapshot(index=row[0], state=row[1])
-    rows = execute.rows(
-        tx,
+    rows = tx.rows(
         EVENTS_AFTER,
         {"sid": session_id, "after": 0 if snapshot is None else snapshot.index},
     )
@@ -62,8 +60,7 @@ def put_snapshot(
             f"must be at most the session's last index ({last_index}) "
             f"for session {session_id!r}, got {index}",
         )
-    execute.run(
-        tx,
+    tx.run(
         backend.upsert_snapshot,
         {
             "session_id": session_id,
@@ -78,5 +75,5 @@ def put_snapshot(
 def list_snapshots(tx: Transaction, session_id: str) -> list[SnapshotInfo]:
     return [
         SnapshotInfo(reducer_name=name, index=index, updated_at=updated_at)
-        for name, index, updated_at in execute.rows(tx, SNAPSHOTS_OF_SESSION, {"sid": session_id})
+        for name, index, updated_at in tx.rows(SNAPSHOTS_OF_SESSION, {"sid": session_id})
     ]

@@ -1,5 +1,5 @@
-"""The common case of append, claim_available, complete_attempt and fail_attempt in
-one statement after the session's lock (PostgreSQL).
+"""PostgreSQL's versions of append, claim_available, complete_attempt and fail_attempt:
+their common case in one statement after the session's lock.
 
 On PostgreSQL a2sql's cost is round trips. Each of these calls has a common
 case that one statement can do whole on the server: number an append's events
@@ -8,7 +8,7 @@ next event and insert what the handler returned; claim, or say until when
 nothing is free; count a failure. The statement writes only when its answer
 is final. When its answer is not (an id is already taken, the attempt no
 longer holds the event), it writes nothing, its ``answer`` is ``None`` and the
-call's full path runs and says why, reading what it needs (a2sql.core.operations).
+call's full path runs and says why, reading what it needs (a2sql.execution.running).
 
 In a transaction of a2sql's own the statement first goes out ``guarded``,
 right behind a lock statement that only tries the session's lock (never
@@ -23,7 +23,7 @@ granted (``GRANTED``) and nothing it follows carries a time later than its
 ``now``: the session's last event, the attempt's claim, the events a claim
 takes (how each became free). A writer that went ahead between the clock's
 reading and the lock therefore makes it write nothing, and the call runs
-again after the lock (a2sql.core.operations): on the direct path BEGIN and the lock,
+again after the lock (a2sql.execution.running): on the direct path BEGIN and the lock,
 then, once granted, the clock read and the unguarded statement with COMMIT,
 in two round trips. In the caller's transaction the statement follows the
 lock as any other.
@@ -37,16 +37,15 @@ index, whether it had unprocessed events, the lane's events.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import cache
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import (
     Boolean,
     ColumnElement,
     CompoundSelect,
-    Executable,
     Insert,
     Select,
     Text,
@@ -68,8 +67,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 
 from a2sql.backends.column_types import Timestamp
-from a2sql.backends.postgresql import GRANTED
-from a2sql.core.errors import A2Error
+from a2sql.core.plans import OneStatement
 from a2sql.core.records import AppendResult, ClaimResult, CompleteResult, EventCause, FailResult
 from a2sql.execution.executor import AnyRow
 from a2sql.sql.codec import encode_cause, encode_ids
@@ -104,22 +102,17 @@ from a2sql.sql.schema import events as E
 
 T = TypeVar("T")
 
-
-class Fused(NamedTuple, Generic[T]):
-    """A call's common case: one statement, and what its rows answer (``None``: not
-    the common case, nothing was written, the full path decides)."""
-
-    statement: Executable
-    # The same statement for a transaction of a2sql's own that only tried the
-    # session's lock, having read the clock before (see the module's docstring):
-    # it writes nothing unless the lock was granted and no time the statement
-    # follows is later than ``now``.
-    guarded: Executable
-    params: Mapping[str, Any]
-    answer: Callable[[Sequence[AnyRow]], T | None]
-    # The error to raise when the statement hits the unique event id index;
-    # ``None``: the driver's error, translated as any other.
-    collided: Callable[[BaseException], A2Error] | None = None
+# The setting through which a transaction that only tried the session's lock
+# tells its next statement whether it got it ('true'): set for the
+# transaction only, so it survives a transaction pooler; outside such a
+# transaction it is unset or empty (a2sql.backends.postgresql.one_statement).
+GRANTED_SETTING = "a2sql.granted"
+# Whether the lock was granted, as a statement after the try reads it. Unset,
+# as on a connection that never tried, it reads as NULL: not granted. A test
+# of no column, which the planner checks once, before reading any row.
+GRANTED = func.current_setting(literal_column(f"'{GRANTED_SETTING}'"), true()) == literal_column(
+    "'true'"
+)
 
 
 # --- the guards of a transaction that tried the lock ---------------------------
@@ -291,7 +284,7 @@ GUARDED_APPEND_MANY = _append(_MANY, _ANY_TAKEN, GRANTED, NOT_BEFORE_LAST_EVENT)
 
 def append(
     session_id: str, batch: Sequence[ValidEvent], *, now: datetime, new_id: Callable[[], str]
-) -> Fused[AppendResult]:
+) -> OneStatement[AppendResult]:
     """A batch without causes, lanes or a repeated id, none of its ids taken."""
     ids = [event.id if event.id is not None else new_id() for event in batch]
     params = _batch_params(batch, ids)
@@ -313,8 +306,8 @@ def append(
         )
 
     if len(batch) == 1:
-        return Fused(APPEND_ONE, GUARDED_APPEND_ONE, params, answer)
-    return Fused(APPEND_MANY, GUARDED_APPEND_MANY, params, answer)
+        return OneStatement(APPEND_ONE, GUARDED_APPEND_ONE, params, answer)
+    return OneStatement(APPEND_MANY, GUARDED_APPEND_MANY, params, answer)
 
 
 # --- complete_attempt --------------------------------------------------------
@@ -356,7 +349,7 @@ def complete(
     batch: Sequence[ValidEvent],
     now: datetime,
     new_id: Callable[[], str],
-) -> Fused[CompleteResult]:
+) -> OneStatement[CompleteResult]:
     """A completion whose returned events have no lanes and no repeated id."""
     ids = [event.id if event.id is not None else new_id() for event in batch]
     params = _batch_params(batch, ids) if batch else {}
@@ -382,7 +375,9 @@ def complete(
         )
 
     statement, guarded = _COMPLETE[min(len(batch), 2)]
-    return Fused(statement, guarded, params, answer, lambda error: returned_id_taken(batch, error))
+    return OneStatement(
+        statement, guarded, params, answer, lambda error: returned_id_taken(batch, error)
+    )
 
 
 # --- claim_available and fail_attempt ----------------------------------------
@@ -396,7 +391,7 @@ def claim_available(
     expires_at: datetime,
     exclude_indexes: Sequence[int],
     limit: int | None,
-) -> Fused[ClaimResult]:
+) -> OneStatement[ClaimResult]:
     """A claim; when nothing is free, its answer says until when, as the full path's."""
     _, params = claim(
         session_id,
@@ -419,7 +414,7 @@ def claim_available(
             claimed_events(events, session_id, holder=holder, now=now, expires_at=expires_at),
         )
 
-    return Fused(
+    return OneStatement(
         _claim_or_next_expiry(excluding, limited, guarded=False),
         _claim_or_next_expiry(excluding, limited, guarded=True),
         params,
@@ -470,7 +465,7 @@ def fail_attempt(
     max_failures: int,
     now: datetime,
     retry_at: datetime | None,
-) -> Fused[FailResult]:
+) -> OneStatement[FailResult]:
     """A failure of the attempt that holds the event."""
     params = fail_params(
         session_id,
@@ -487,4 +482,4 @@ def fail_attempt(
             return None
         return counted_failure(rows[0], max_failures=max_failures, retry_at=retry_at)
 
-    return Fused(FAIL_IF_CURRENT, GUARDED_FAIL, params, answer)
+    return OneStatement(FAIL_IF_CURRENT, GUARDED_FAIL, params, answer)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import (
     URL,
@@ -18,7 +20,6 @@ from sqlalchemy import (
     literal_column,
     select,
     text,
-    true,
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import ColumnElement
@@ -26,10 +27,18 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from a2sql.backends.base import Backend, Capabilities
 from a2sql.backends.column_types import Timestamp
+from a2sql.backends.postgresql import one_statement
+from a2sql.backends.postgresql.one_statement import GRANTED, GRANTED_SETTING
 from a2sql.backends.registry import register
+from a2sql.core.arguments import expiry
 from a2sql.core.errors import invalid
-from a2sql.execution import executor as execute
+from a2sql.core.plans import OneStatement
+from a2sql.core.records import AppendResult, ClaimResult, CompleteResult, FailResult
 from a2sql.execution.executor import Transaction
+from a2sql.sql.queries.events import ValidEvent
+
+if TYPE_CHECKING:
+    from a2sql.core.plans import Context
 
 # LISTEN/NOTIFY wakes streams; polling only covers a lost notification.
 POLL_INTERVAL_S = 2.0
@@ -45,17 +54,6 @@ MIGRATION_LOCK_KEY = 0x6132_7371_6C6D_6967
 # Class id of a2sql's session locks in PostgreSQL's two-key advisory lock
 # space (which never overlaps the one-bigint space applications tend to use).
 SESSION_LOCK_CLASS = 0x6132
-# The setting through which a transaction that only tried the session's lock
-# tells its next statement whether it got it ('true'): set for the
-# transaction only, so it survives a transaction pooler; outside such a
-# transaction it is unset or empty (a2sql.sql.queries.fused).
-GRANTED_SETTING = "a2sql.granted"
-# Whether the lock was granted, as a statement after the try reads it. Unset,
-# as on a connection that never tried, it reads as NULL: not granted. A test
-# of no column, which the planner checks once, before reading any row.
-GRANTED = func.current_setting(literal_column(f"'{GRANTED_SETTING}'"), true()) == literal_column(
-    "'true'"
-)
 
 
 class PostgresBackend(Backend):
@@ -152,6 +150,72 @@ class PostgresBackend(Backend):
         # An advisory lock of a2sql's migrations, held to the transaction's end.
         connection.execute(text("select pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
 
+    # --- operations as one statement (a2sql.backends.postgresql.one_statement) ------
+
+    def one_statement_append(
+        self, ctx: Context, session_id: str, batch: Sequence[ValidEvent]
+    ) -> Callable[[], OneStatement[AppendResult]] | None:
+        if not one_statement.fuses(batch) or any(e.cause is not None for e in batch):
+            return None
+        return lambda: one_statement.append(session_id, batch, now=ctx.now(), new_id=ctx.ids)
+
+    def one_statement_claim(
+        self,
+        ctx: Context,
+        session_id: str,
+        *,
+        holder: str,
+        lease: Callable[[datetime], datetime],
+        exclude_indexes: Sequence[int],
+        limit: int | None,
+    ) -> Callable[[], OneStatement[ClaimResult]] | None:
+        def build() -> OneStatement[ClaimResult]:
+            now = ctx.now()
+            return one_statement.claim_available(
+                session_id,
+                holder=holder,
+                now=now,
+                expires_at=lease(now),
+                exclude_indexes=exclude_indexes,
+                limit=limit,
+            )
+
+        return build
+
+    def one_statement_complete(
+        self, ctx: Context, session_id: str, index: int, attempt: int, batch: Sequence[ValidEvent]
+    ) -> Callable[[], OneStatement[CompleteResult]] | None:
+        if not one_statement.fuses(batch):
+            return None
+        return lambda: one_statement.complete(
+            session_id, index=index, attempt=attempt, batch=batch, now=ctx.now(), new_id=ctx.ids
+        )
+
+    def one_statement_fail(
+        self,
+        ctx: Context,
+        session_id: str,
+        index: int,
+        attempt: int,
+        *,
+        error: str,
+        max_failures: int,
+        retry_after_ms: int | None,
+    ) -> Callable[[], OneStatement[FailResult]] | None:
+        def build() -> OneStatement[FailResult]:
+            now = ctx.now()
+            return one_statement.fail_attempt(
+                session_id,
+                index=index,
+                attempt=attempt,
+                error=error,
+                max_failures=max_failures,
+                now=now,
+                retry_at=expiry(now, retry_after_ms, "retry_after_ms") if retry_after_ms else None,
+            )
+
+        return build
+
     # --- statements -----------------------------------------------------------------
 
     def read_once(self, element: Any, compiler: SQLCompiler, **kw: Any) -> str:
@@ -164,11 +228,9 @@ class PostgresBackend(Backend):
         self, tx: Transaction, session_id: str, *, announce: bool, lock_timeout_ms: int | None
     ) -> None:
         if lock_timeout_ms is not None:
-            execute.run(
-                tx, *self.own_lock(session_id, announce=announce, lock_timeout_ms=lock_timeout_ms)
-            )
+            tx.run(*self.own_lock(session_id, announce=announce, lock_timeout_ms=lock_timeout_ms))
             return
-        [(level, *_)] = execute.rows(tx, self._callers_lock[announce], {"sid": session_id})
+        [(level, *_)] = tx.rows(self._callers_lock[announce], {"sid": session_id})
         _check_isolation(level)
 
     def own_lock(
@@ -185,18 +247,18 @@ class PostgresBackend(Backend):
         return self._announcement, {"sid": session_id}
 
     def try_lock_session(self, tx: Transaction, session_id: str) -> bool:
-        [(locked,)] = execute.rows(tx, self._try_lock, {"sid": session_id})
+        [(locked,)] = tx.rows(self._try_lock, {"sid": session_id})
         return bool(locked)
 
     def check_isolation(self, tx: Transaction) -> None:
-        [(level,)] = execute.rows(tx, self._isolation_level, {})
+        [(level,)] = tx.rows(self._isolation_level, {})
         _check_isolation(level)
 
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
         # greatest() skips NULLs.
         return func.greatest(*columns, type_=Timestamp())
 
-    def unestimated(self, value: BindParameter[Any]) -> ColumnElement[Any]:
+    def opaque_to_planner(self, value: BindParameter[Any]) -> ColumnElement[Any]:
         # A scalar subquery is a value the planner only learns when the
         # statement runs. A page of sessions under a prefix is a key range
         # (prefix, successor): estimated from the histogram, a prefix holding
