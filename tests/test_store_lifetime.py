@@ -15,7 +15,7 @@ from sqlalchemy import NullPool, QueuePool, create_engine, event, make_url, text
 
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent
-from tests.test_async_handoff import application_name_url, server_connections
+from tests.internals.test_async_handoff import application_name_url, server_connections
 
 
 def listeners() -> int:

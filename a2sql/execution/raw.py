@@ -63,7 +63,7 @@ def observed(engine: Engine) -> bool:
     a connection or dialect event listener of any kind, SQL logging (``echo`` or the
     ``sqlalchemy.engine`` logger at INFO), or execution options set on the engine."""
     # ``_has_events`` is SQLAlchemy's own test, made before every statement it runs,
-    # for exactly this (it has no public spelling). tests/test_tracing.py attaches
+    # for exactly this (it has no public spelling). tests/internals/test_tracing.py attaches
     # listeners after create_store and fails if it ever stops meaning this.
     return bool(
         engine._has_events

@@ -352,7 +352,7 @@ class Wire:
                     # psycopg's own maker of the error a cursor raises for a failed
                     # result (its SQLSTATE's class, with ``diag``), not in its
                     # documentation: a2sql's error handling reads both.
-                    # tests/test_wire.py fails if it ever stops giving them.
+                    # tests/internals/test_wire.py fails if it ever stops giving them.
                     self._error = errors.error_from_result(result, encoding=self._encoding)
             elif status == pq.ExecStatus.PIPELINE_ABORTED:
                 pass  # skipped after the failure already taken

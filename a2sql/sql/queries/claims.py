@@ -149,7 +149,7 @@ def claim_statement(excluding: bool, limited: bool) -> Update:
 
     Statistics taken when no event at all was pending make the planner believe
     the partial indexes empty: it may then read one of them whole, once, and sort
-    what it found to have the lowest indexes (tests/test_query_plans.py).
+    what it found to have the lowest indexes (tests/internals/test_query_plans.py).
     """
     if limited:
         taken = claimable(E, E.c.idx, excluding=excluding, limited=True)

@@ -62,7 +62,7 @@ EVENTS_BY_ID = select(E).where(E.c.event_id.in_(bindparam("ids", expanding=True)
 # PostgreSQL's planner turns max(idx) into an aggregate over every event of
 # the session and min(idx) over every pending one, and may turn EXISTS over a
 # big session into a sequential scan. In index order, the only cheap plan
-# reads one entry (tests/test_query_plans.py). The 1 is written into the SQL:
+# reads one entry (tests/internals/test_query_plans.py). The 1 is written into the SQL:
 # with a bound LIMIT, PostgreSQL's generic plan cannot know it is one row, so
 # it plans the prepared statement anew on every execution (~0.1 ms).
 ONE_ROW: ColumnClause[int] = literal_column("1")

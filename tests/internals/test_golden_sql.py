@@ -1,4 +1,4 @@
-"""The SQL each operation sends, per engine, checked in under ``tests/sql/<engine>/``.
+"""The SQL each operation sends, per engine, checked in under ``tests/internals/sql/<engine>/``.
 
 A reviewer sees every statement an operation runs, in order, and a change to
 one shows in the diff. Each file holds the statements of one call of a fixed
@@ -6,13 +6,13 @@ scenario (the common path: the fence holds, nothing is replayed), as the
 driver's cursor receives them, each ending with ``;`` (a COMMIT the driver
 sends itself is not among them; SQLite's ``BEGIN IMMEDIATE`` is). Where a2sql's
 direct path (a2sql.execution.raw), which nothing observes, sends other statements
-(it wakes streams after the commit), they are in ``tests/sql/postgresql/direct/``.
+(it wakes streams after the commit), they are in ``tests/internals/sql/postgresql/direct/``.
 SQLAlchemy's anonymous names (``anon_1``, ``%(param_1)s``, ``count(*) AS count_1``)
 are in the files as ``anon#1``, ``%(param#1)s``, ``count#1``: numbered in the order they
 first appear in their statement, not as SQLAlchemy numbers them (see anonymized).
 After changing a statement on purpose, write the files anew and review the diff:
 
-    A2SQL_WRITE_GOLDEN_SQL=1 make test PYTEST_ARGS=tests/test_golden_sql.py
+    A2SQL_WRITE_GOLDEN_SQL=1 make test PYTEST_ARGS=tests/internals/test_golden_sql.py
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def test_each_operation_sends_the_sql_checked_in(
             elif not path.exists() or path.read_text() != text:
                 mismatched.append(name)
     assert not mismatched, (
-        f"{engine_kind}: the SQL of {', '.join(mismatched)} differs from tests/sql/"
+        f"{engine_kind}: the SQL of {', '.join(mismatched)} differs from tests/internals/sql/"
         f"{engine_kind}/. If the change is meant, write the files anew "
         "(A2SQL_WRITE_GOLDEN_SQL=1, see this module's docstring) and review the diff"
     )
