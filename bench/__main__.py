@@ -1,5 +1,5 @@
 """``python -m bench --engine sqlite|postgres --workload NAME [--ops N] [--rounds R] [--json]
-[--traced] [--rtt MS] [--skew MS]``.
+[--traced] [--rtt MS] [--without PIECE] [--skew MS]``.
 
 Workloads: append, cycle, batch, contention, scale, memory, peers, dispatch, claim_next,
 or all.
@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from bench.impl import PIECES
 from bench.workloads import Params
 
 WORKLOADS = (
@@ -243,6 +244,16 @@ def main(argv: list[str] | None = None) -> int:
         "nothing added",
     )
     parser.add_argument(
+        "--without",
+        action="append",
+        choices=PIECES,
+        default=[],
+        metavar="PIECE",
+        help="an execution-layer piece turned off, to judge what it is worth (repeatable): "
+        + ", ".join(PIECES)
+        + " (bench/impl.py)",
+    )
+    parser.add_argument(
         "--skew",
         type=float,
         metavar="MS",
@@ -268,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import impl
 
         impl.TRACED = True
+    if args.without:
+        from bench import impl
+
+        impl.without_pieces(frozenset(args.without))
     logging.basicConfig(level=logging.WARNING)
 
     params = Params(

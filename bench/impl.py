@@ -85,6 +85,54 @@ TRACED = False
 UNPREPARED = False
 
 
+# ``python -m bench --without PIECE`` (repeatable): an execution-layer piece
+# turned off, to judge what it is worth (at an RTT: ``--rtt``). The pieces:
+# ``one-statement``: no backend sends an operation as one statement (the
+# session's lock, then the shared statements; a2sql.backends.base);
+# ``raw``: a sync store's transactions go through SQLAlchemy's Connection, not
+# the driver's cursor (a no-op listener on the engine it runs them on);
+# ``on-loop``: an AsyncStore hands its hot writes to its threads instead of
+# sending them from the event loop (PostgreSQL).
+PIECES = ("one-statement", "raw", "on-loop")
+WITHOUT: frozenset[str] = frozenset()
+
+
+def without_pieces(pieces: frozenset[str]) -> None:
+    """Turn ``pieces`` off for every store opened from now on."""
+    global WITHOUT
+    WITHOUT = pieces
+    if "one-statement" in pieces:
+        from a2sql.backends.base import Backend
+        from a2sql.backends.postgresql import PostgresBackend
+
+        for name in (
+            "one_statement_append",
+            "one_statement_claim",
+            "one_statement_complete",
+            "one_statement_fail",
+        ):
+            setattr(PostgresBackend, name, getattr(Backend, name))
+
+
+def _observe(engine: Any) -> None:
+    def nothing(*_: Any) -> None:
+        pass
+
+    event.listen(engine, "before_cursor_execute", nothing)
+
+
+def _take_pieces_off(store: Any) -> None:
+    """The pieces in ``WITHOUT`` a store decides per store, off on ``store`` (an
+    ``AsyncStore``'s private attributes: read and set here only)."""
+    if isinstance(store, a2sql.AsyncStore):
+        if "on-loop" in WITHOUT:
+            store._on_loop = None
+        if "raw" in WITHOUT and store._sync_path is not None:
+            _observe(store._sync_path.engine)
+    elif "raw" in WITHOUT:
+        _observe(store.engine)
+
+
 def _never_prepare(engine: Any) -> None:
     """Every connection a2sql takes from ``engine``'s pool from now on prepares nothing.
     (A pool listener: a2sql's engine keeps its direct path, which engine listeners end.)"""
@@ -137,8 +185,12 @@ def open_store(url: str, clock: Any = None) -> Any:
     """A store of the API under test (``API``), on an existing schema; ``clock``: the
     store's clock (None: the system clock)."""
     if API == "async":
-        return Awaiting(a2sql.create_async_store(url, migrate=False, clock=clock))
-    return a2sql.create_store(url, migrate=False, clock=clock)
+        async_store = a2sql.create_async_store(url, migrate=False, clock=clock)
+        _take_pieces_off(async_store)
+        return Awaiting(async_store)
+    store = a2sql.create_store(url, migrate=False, clock=clock)
+    _take_pieces_off(store)
+    return store
 
 
 def sync_engine(store: Any) -> Any:
@@ -175,6 +227,7 @@ class A2sqlImpl:
             self._counted = a2sql.create_store(
                 self._counter.engine(url), migrate=False, clock=clock
             )
+            _take_pieces_off(self._counted)
         elif url.startswith("postgresql"):
             # An AsyncStore takes no cursor class: its statements are counted from
             # the trace of every connection it opens, on its asyncio engine (calls
@@ -184,6 +237,7 @@ class A2sqlImpl:
 
             self._counter = Counter()
             async_store = a2sql.create_async_store(url, migrate=False, clock=clock)
+            _take_pieces_off(async_store)
             self._counter.trace(async_store.engine.sync_engine)
             sync_path = async_store._sync_path
             assert sync_path is not None
