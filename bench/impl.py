@@ -97,21 +97,26 @@ PIECES = ("one-statement", "raw", "on-loop")
 WITHOUT: frozenset[str] = frozenset()
 
 
+_ONE_STATEMENT = (
+    "one_statement_append",
+    "one_statement_claim",
+    "one_statement_complete",
+    "one_statement_fail",
+)
+_OWN: dict[str, Any] = {}
+
+
 def without_pieces(pieces: frozenset[str]) -> None:
-    """Turn ``pieces`` off for every store opened from now on."""
+    """Turn ``pieces`` off for every store opened from now on, and the others back on."""
+    from a2sql.backends.base import Backend
+    from a2sql.backends.postgresql import PostgresBackend
+
     global WITHOUT
     WITHOUT = pieces
-    if "one-statement" in pieces:
-        from a2sql.backends.base import Backend
-        from a2sql.backends.postgresql import PostgresBackend
-
-        for name in (
-            "one_statement_append",
-            "one_statement_claim",
-            "one_statement_complete",
-            "one_statement_fail",
-        ):
-            setattr(PostgresBackend, name, getattr(Backend, name))
+    for name in _ONE_STATEMENT:
+        _OWN.setdefault(name, PostgresBackend.__dict__[name])
+        off = "one-statement" in pieces
+        setattr(PostgresBackend, name, getattr(Backend, name) if off else _OWN[name])
 
 
 def _observe(engine: Any) -> None:
@@ -121,7 +126,7 @@ def _observe(engine: Any) -> None:
     event.listen(engine, "before_cursor_execute", nothing)
 
 
-def _take_pieces_off(store: Any) -> None:
+def take_pieces_off(store: Any) -> None:
     """The pieces in ``WITHOUT`` a store decides per store, off on ``store`` (an
     ``AsyncStore``'s private attributes: read and set here only)."""
     if isinstance(store, a2sql.AsyncStore):
@@ -186,10 +191,10 @@ def open_store(url: str, clock: Any = None) -> Any:
     store's clock (None: the system clock)."""
     if API == "async":
         async_store = a2sql.create_async_store(url, migrate=False, clock=clock)
-        _take_pieces_off(async_store)
+        take_pieces_off(async_store)
         return Awaiting(async_store)
     store = a2sql.create_store(url, migrate=False, clock=clock)
-    _take_pieces_off(store)
+    take_pieces_off(store)
     return store
 
 
@@ -227,7 +232,7 @@ class A2sqlImpl:
             self._counted = a2sql.create_store(
                 self._counter.engine(url), migrate=False, clock=clock
             )
-            _take_pieces_off(self._counted)
+            take_pieces_off(self._counted)
         elif url.startswith("postgresql"):
             # An AsyncStore takes no cursor class: its statements are counted from
             # the trace of every connection it opens, on its asyncio engine (calls
@@ -237,7 +242,7 @@ class A2sqlImpl:
 
             self._counter = Counter()
             async_store = a2sql.create_async_store(url, migrate=False, clock=clock)
-            _take_pieces_off(async_store)
+            take_pieces_off(async_store)
             self._counter.trace(async_store.engine.sync_engine)
             sync_path = async_store._sync_path
             assert sync_path is not None

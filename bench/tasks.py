@@ -19,6 +19,7 @@ from typing import Any
 import a2sql
 from a2sql import NewEvent
 from bench import databases
+from bench.impl import take_pieces_off
 from bench.measure import Stopwatch
 from bench.workloads import Params, default
 
@@ -58,6 +59,7 @@ def tasks(p: Params) -> dict[str, Any]:
     rates: dict[str, list[float]] = {"sync_1": [], "async_1": [], f"async_{TASKS}": []}
     try:
         with a2sql.create_store(target.a2sql_url, migrate=False) as store:
+            take_pieces_off(store)  # --without
             asyncio.run(_measure(store, target.a2sql_url, ops, rounds, rates))
     finally:
         if target.folder is not None:
@@ -85,6 +87,7 @@ async def _measure(
     store: a2sql.Store, url: str, ops: int, rounds: int, rates: dict[str, list[float]]
 ) -> None:
     async with a2sql.create_async_store(url, migrate=False) as astore:
+        take_pieces_off(astore)  # --without
         # Warm-up: connections opened, statements prepared, on every path.
         _sync_cycles(store, "warm-sync", 20)
         await asyncio.gather(*(_async_cycles(astore, f"warm-{n}", 5) for n in range(TASKS)))
