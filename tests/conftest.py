@@ -25,8 +25,8 @@ import a2sql
 import a2sql.migrate
 from a2sql.config import resolve_url
 from a2sql.testing import FakeClock
+from a2sql.testing.facades import open_through
 from bench.databases import ensure_postgres_database
-from tests.async_adapter import BlockingAsyncStore
 
 ENGINES = ("sqlite_file", "sqlite_memory", "postgres")
 FACADES = ("sync", "async", "observed")
@@ -195,17 +195,8 @@ def facade(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _ignore_statement(*_args: Any) -> None:
-    pass
-
-
 def _create(facade: str, url: str, **kwargs: Any) -> a2sql.Store:
-    if facade == "async":
-        return BlockingAsyncStore(url, **kwargs)  # type: ignore[return-value]
-    store = a2sql.create_store(url, **kwargs)
-    if facade == "observed":
-        event.listen(store.engine, "before_cursor_execute", _ignore_statement)
-    return store
+    return open_through(facade, url, **kwargs)
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ import pytest
 import a2sql
 from a2sql import EventStream, NewEvent, Store, StoredEvent, wakeups
 from a2sql.pooled import KEEP_IDLE
-from tests.async_adapter import BlockingAsyncStore
+from a2sql.testing.facades import BlockingAsyncStore
 from tests.statement_gate import StatementGate, connections_back
 from tests.statement_gate import checked_out as in_use
 

@@ -10,7 +10,7 @@ from sqlalchemy import update
 from a2sql import A2Error, ErrorCode, FailResult, NewEvent, Store
 from a2sql.schema import events as events_table
 from a2sql.testing import FakeClock
-from tests.async_adapter import execute_sql
+from a2sql.testing.facades import execute_sql
 
 START = datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
 START_MS = datetime(2026, 3, 4, 5, 6, 7, 123000, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""SPEC §3 as a whole: random operation sequences on a real store agree with tests/model.py.
+"""SPEC §3 as a whole: random operation sequences on a real store agree with a2sql/testing/model.py.
 
 A hypothesis state machine drives appends (lanes, settled events, supplied
 ids with replays and collisions, causes), claims, renewals, completions and
@@ -33,7 +33,7 @@ from sqlalchemy import text
 import a2sql
 from a2sql import A2Error, ClaimRef, Completion, EventCause, NewEvent, Store
 from a2sql.testing import FakeClock
-from tests.model import Model, ModelError, ReplayOrConflict, truncate_ms
+from a2sql.testing.model import Model, ModelError, ReplayOrConflict, truncate_ms
 
 # Small alphabets, so that id collisions, replays and shared lanes happen often.
 SESSIONS = ("s1", "sé")
