@@ -39,7 +39,7 @@ def _ignore_statement(*_args: Any) -> None:
 
 def observe(engine: Engine) -> None:
     """Attach a listener that does nothing to ``engine``: what a tracer does, which is
-    enough for a2sql to run statements through ``Connection``s (a2sql.direct)."""
+    enough for a2sql to run its statements through ``Connection``s."""
     event.listen(engine, "before_cursor_execute", _ignore_statement)
 
 
