@@ -17,7 +17,7 @@ import pytest
 
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent, Store
-from tests.async_adapter import BlockingAsyncStore
+from a2sql.testing.facades import BlockingAsyncStore
 
 
 @pytest.fixture(params=["sync", "async"])

@@ -27,7 +27,7 @@ import a2sql
 from a2sql import EventStream, NewEvent, Store, StoredEvent
 from a2sql.execution.transactions import KEEP_IDLE
 from a2sql.notify import wakeups
-from tests.async_adapter import BlockingAsyncStore
+from a2sql.testing.facades import BlockingAsyncStore
 from tests.statement_gate import StatementGate, connections_back
 from tests.statement_gate import checked_out as in_use
 

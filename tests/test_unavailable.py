@@ -16,7 +16,7 @@ import a2sql
 from a2sql import A2Error, ClaimRef, ErrorCode, NewEvent, Store
 from a2sql.api.config import resolve_url
 from a2sql.testing import FakeClock
-from tests.async_adapter import execute_sql
+from a2sql.testing.facades import execute_sql
 
 Operation = Callable[[Store], object]
 

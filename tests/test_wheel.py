@@ -19,6 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = "0003_retired_attempts"
 SCRIPTS = sorted(p.name for p in (ROOT / "a2sql" / "_migrations" / "versions").glob("*.py"))
+# The contract: the conformance suite, its conftest and the pytest plugin it loads.
+CONTRACT = sorted(p.name for p in (ROOT / "a2sql" / "testing" / "conformance").glob("*.py"))
 
 # This machine's pip configuration names package folders that may not exist; pip says so
 # on every install. Those lines are the machine's, not the project's.
@@ -32,7 +34,11 @@ FROM_AN_INDEX = re.compile(r"pip install\s+['\"]?a2sql(\[[\w,]+\])?(?!\[)(?!\s*@
 
 def _env() -> dict[str, str]:
     """The environment of a user's shell: no a2sql URL, nothing added to the path."""
-    return {k: v for k, v in os.environ.items() if k not in ("A2SQL_DATABASE_URL", "PYTHONPATH")}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("A2SQL_DATABASE_URL", "A2SQL_CONFORMANCE_URL", "PYTHONPATH")
+    }
 
 
 def _run(*command: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -103,6 +109,26 @@ def test_the_wheel_and_the_sdist_ship_the_migrations(dist: Path) -> None:
         assert f"a2sql/_migrations/versions/{script}" in members, script
 
 
+def test_the_wheel_ships_the_contract(dist: Path) -> None:
+    """The conformance suite ships in the wheel, with its conftest.py and the pytest
+    plugin (``pytest --pyargs a2sql.testing.conformance`` runs it), and the extra
+    ``testing`` names what it needs."""
+    [wheel] = dist.glob("a2sql-*.whl")
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
+    assert {"conftest.py", "__init__.py", "test_smoke.py", "test_stateful.py"} <= set(CONTRACT)
+    for name in CONTRACT:
+        assert f"a2sql/testing/conformance/{name}" in names, name
+    for module in ("__init__", "plugin", "facades", "model"):
+        assert f"a2sql/testing/{module}.py" in names, module
+    [metadata] = [name for name in names if name.endswith(".dist-info/METADATA")]
+    requires = archive.read(metadata).decode().splitlines()
+    assert "Provides-Extra: testing" in requires
+    assert any(
+        r.startswith("Requires-Dist: pytest") and "extra == 'testing'" in r for r in requires
+    )
+
+
 @pytest.mark.parametrize("kind", ["wheel", "sdist"])
 def test_installed_into_a_fresh_venv_it_runs_the_demo_and_migrates(
     dist: Path, kind: str, tmp_path: Path
@@ -135,6 +161,21 @@ def test_installed_into_a_fresh_venv_it_runs_the_demo_and_migrates(
         version = connection.execute("select version_num from a2sql_alembic_version").fetchall()
     assert {"a2_events", "a2_snapshots", "a2_presence", "a2_events_dispatch_age"} <= tables
     assert version == [(HEAD,)]
+
+    # The contract, from the installed package, in an empty folder: a SQLite file per test.
+    contract = _run(
+        python,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--pyargs",
+        "a2sql.testing.conformance.test_smoke",
+        cwd=work,
+    )
+    assert contract.returncode == 0, contract.stdout + contract.stderr
+    assert "5 passed" in contract.stdout, contract.stdout
 
 
 def test_the_editable_install_of_make_demo_prints_nothing_of_its_own(tmp_path: Path) -> None:

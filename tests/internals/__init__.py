@@ -2,4 +2,4 @@
 under sql/), the plans PostgreSQL and SQLite choose, how statements reach the driver
 (pipelines, prepared statements, the event loop and the threads) and the private
 SQLAlchemy API a2sql relies on. They change when the internals do; the contract is
-tested apart from them (tests/conformance)."""
+tested apart from them (a2sql/testing/conformance)."""

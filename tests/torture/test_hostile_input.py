@@ -29,7 +29,7 @@ from sqlalchemy import select
 
 from a2sql import JSON, A2Error, ClaimRef, ErrorCode, EventCause, NewEvent, Store
 from a2sql.sql.schema import events, presence, snapshots
-from tests.async_adapter import BlockingAsyncStore
+from a2sql.testing.facades import BlockingAsyncStore
 
 # Errors the contract gives for well-formed input (SPEC §3, §4).
 DOCUMENTED = {

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
 import a2sql
-from a2sql import A2Error, ErrorCode, EventCause, NewEvent, Store
-from a2sql.core.records import JSON
+from a2sql import JSON, A2Error, ErrorCode, EventCause, NewEvent, Store
 from a2sql.testing import FakeClock
 
 START = datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
@@ -214,14 +214,14 @@ def test_replay_payload_numbers_and_booleans_of_equal_value_differ(
 
 
 def test_append_generates_missing_ids_with_injected_ids_callable(
-    db_url: str, clock: FakeClock
+    open_store: Callable[..., Store],
 ) -> None:
     """§2 ids / §3 append step 4: an event without id gets the id of the ``ids`` callable."""
     generated = iter(["gen-1", "gen-2", "gen-3"])
-    with a2sql.create_store(db_url, clock=clock, ids=lambda: next(generated), migrate=True) as s:
-        result = s.append("s", [NewEvent("t"), NewEvent("t", id="given"), NewEvent("t")])
-        assert [e.id for e in result.events] == ["gen-1", "given", "gen-2"]
-        assert [e.id for e in s.read("s")] == ["gen-1", "given", "gen-2"]
+    s = open_store(ids=lambda: next(generated))
+    result = s.append("s", [NewEvent("t"), NewEvent("t", id="given"), NewEvent("t")])
+    assert [e.id for e in result.events] == ["gen-1", "given", "gen-2"]
+    assert [e.id for e in s.read("s")] == ["gen-1", "given", "gen-2"]
 
 
 def test_append_assigns_next_indexes_in_batch_order_with_created_at_now_in_ms(

@@ -1,4 +1,10 @@
-"""Helpers for testing code that uses a2sql."""
+"""Helpers for testing code that uses a2sql.
+
+The contract's own tests (a2sql.testing.conformance), the pytest plugin that runs
+them (a2sql.testing.plugin) and what they drive (a2sql.testing.facades,
+a2sql.testing.model) are submodules that ``import a2sql.testing`` does not import:
+they need pytest (``pip install '.[testing]'``).
+"""
 
 from __future__ import annotations
 

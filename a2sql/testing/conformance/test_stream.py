@@ -9,6 +9,10 @@ import pytest
 
 from a2sql import EventStream, NewEvent, Store, StoredEvent
 
+# store.using(connection) has no stream: a stream is the store's, not an operation of
+# the caller's transaction.
+pytestmark = pytest.mark.a2sql_not_through_using("a stream is the store's")
+
 
 def _append(store: Store, session_id: str, count: int) -> None:
     store.append(session_id, [NewEvent("n", {"i": i}) for i in range(count)])

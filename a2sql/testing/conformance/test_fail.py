@@ -5,12 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import text
 
 from a2sql import A2Error, ErrorCode, FailResult, NewEvent, Store
-from a2sql.sql.schema import events as events_table
 from a2sql.testing import FakeClock
-from tests.async_adapter import execute_sql
+from a2sql.testing.facades import execute_sql
 
 START = datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
 START_MS = datetime(2026, 3, 4, 5, 6, 7, 123000, tzinfo=UTC)
@@ -143,9 +142,10 @@ def test_fail_of_claim_released_otherwise_is_superseded(store: Store, clock: Fak
     attempt = claimed_job(store, clock)
     execute_sql(
         store,
-        update(events_table)
-        .where(events_table.c.session_id == "s", events_table.c.idx == 1)
-        .values(claim_holder=None, claim_expires_at=None),
+        text(
+            "update a2_events set claim_holder = null, claim_expires_at = null"
+            " where session_id = 's' and idx = 1"
+        ),
     )
     before = store.read("s")
     result = store.fail_attempt("s", index=1, attempt=attempt, error="boom", max_failures=1)

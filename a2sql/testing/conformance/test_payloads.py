@@ -78,7 +78,7 @@ def test_assert_same_json_catches_what_equality_misses() -> None:
 
 @pytest.mark.parametrize("payload", list(CASES.values()), ids=list(CASES))
 def test_event_payload_round_trips_exactly(store: Store, payload: JSON) -> None:
-    """Event payloads: read, read_state, inspect.read_events and stream return them exactly."""
+    """Event payloads: append, read, read_state and inspect.read_events return them exactly."""
     appended = store.append("s", [NewEvent("t", payload, id="e1")])
     assert_same_json(appended.events[0].payload, payload)
     [stored] = store.read("s")
@@ -87,8 +87,17 @@ def test_event_payload_round_trips_exactly(store: Store, payload: JSON) -> None:
     assert_same_json(event.payload, payload)
     [paged] = store.inspect.read_events("s").events
     assert_same_json(paged.payload, payload)
+
+
+@pytest.mark.a2sql_not_through_using("a stream is the store's")
+def test_event_payloads_round_trip_exactly_through_a_stream(store: Store) -> None:
+    """Event payloads: a stream returns them exactly (every case, one event each)."""
+    store.append("s", [NewEvent("t", payload, id=f"e-{name}") for name, payload in CASES.items()])
     with store.stream("s") as stream:
-        assert_same_json(next(stream).payload, payload)
+        for name, payload in CASES.items():
+            event = next(stream)
+            assert event.id == f"e-{name}"
+            assert_same_json(event.payload, payload)
 
 
 def test_returned_event_payloads_round_trip_exactly(store: Store) -> None:

@@ -3,20 +3,19 @@
 An event id the ``ids`` callable makes obeys the rules of an id the caller
 gives (a str of 1 to 255 characters, no NUL, no lone surrogate); a clock's
 ``now()`` gives an aware datetime. Objects that cannot serve are refused by
-``create_store`` / ``create_async_store``; a callable that goes bad later
-gives ``INVALID_ARGUMENT`` naming it, and nothing is written.
+``create_store`` / ``create_async_store`` (through every facade); a callable
+that goes bad later gives ``INVALID_ARGUMENT`` naming it, and nothing is
+written.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 import pytest
 
-import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent, Store
 from a2sql.testing import FakeClock
 
@@ -27,6 +26,12 @@ class _NoOffset(tzinfo):
     """A tzinfo that does not know its offset: the datetime is naive in effect."""
 
     def utcoffset(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+    def dst(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+    def tzname(self, dt: datetime | None) -> str | None:
         return None
 
 
@@ -139,28 +144,14 @@ UNUSABLE: dict[str, dict[str, Any]] = {
 }
 
 
-@pytest.fixture(params=["sync", "async"])
-def opener(request: pytest.FixtureRequest) -> Iterator[Callable[..., object]]:
-    """create_store, or create_async_store run to its first operation's schema check."""
-    if request.param == "sync":
-        yield lambda **kwargs: a2sql.create_store("sqlite://", **kwargs).close()
-        return
-
-    async def open_async(**kwargs: Any) -> None:
-        async with a2sql.create_async_store("sqlite://", **kwargs):
-            pass
-
-    yield lambda **kwargs: asyncio.run(open_async(**kwargs))
-
-
 @pytest.mark.parametrize("case", list(UNUSABLE))
 def test_create_store_refuses_a_clock_or_ids_that_cannot_serve(
-    opener: Callable[..., object], case: str
+    open_store: Callable[..., Store], case: str
 ) -> None:
     [(argument, value)] = UNUSABLE[case].items()
-    _refused(lambda: opener(**{argument: value}), argument)
+    _refused(lambda: open_store(**{argument: value}), argument)
 
 
-def test_create_store_accepts_usable_clocks_and_ids(opener: Callable[..., object]) -> None:
-    opener(clock=FakeClock(), ids=lambda: "x")
-    opener(clock=FakeClock(AT.astimezone(timezone(timedelta(hours=5)))))
+def test_create_store_accepts_usable_clocks_and_ids(open_store: Callable[..., Store]) -> None:
+    open_store(clock=FakeClock(), ids=lambda: "x")
+    open_store(clock=FakeClock(AT.astimezone(timezone(timedelta(hours=5)))))

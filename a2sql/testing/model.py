@@ -15,8 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from a2sql.core.errors import ErrorCode
-from a2sql.core.records import (
+from a2sql import (
     JSON,
     AppendResult,
     ClaimRef,
@@ -25,6 +24,7 @@ from a2sql.core.records import (
     Completion,
     DeleteResult,
     Dispatch,
+    ErrorCode,
     Event,
     EventCause,
     FailResult,

@@ -1,4 +1,4 @@
-"""SPEC §3 as a whole: random operation sequences on a real store agree with tests/model.py.
+"""SPEC §3 as a whole: random operation sequences on a real store agree with a2sql/testing/model.py.
 
 A hypothesis state machine drives appends (lanes, settled events, supplied
 ids with replays and collisions, causes), claims, renewals, completions and
@@ -33,7 +33,8 @@ from sqlalchemy import text
 import a2sql
 from a2sql import A2Error, ClaimRef, Completion, EventCause, NewEvent, Store
 from a2sql.testing import FakeClock
-from tests.model import Model, ModelError, ReplayOrConflict, truncate_ms
+from a2sql.testing.facades import execute_sql
+from a2sql.testing.model import Model, ModelError, ReplayOrConflict, truncate_ms
 
 # Small alphabets, so that id collisions, replays and shared lanes happen often.
 SESSIONS = ("s1", "sé")
@@ -889,16 +890,17 @@ STATEFUL_SETTINGS = settings(
 )
 
 
-def test_random_operation_sequences_match_the_spec_model(db_url: str) -> None:
+def test_random_operation_sequences_match_the_spec_model(
+    a2sql_make_store: Callable[..., Store],
+) -> None:
     """SPEC §3: every operation, in any order, behaves as the reference model says."""
 
     def open_store(clock: FakeClock, ids: IdSource) -> Store:
         # Each example starts on an empty database: a fresh one for SQLite
         # memory, emptied tables elsewhere.
-        store = a2sql.create_store(db_url, clock=clock, ids=ids, migrate=True)
-        with store.engine.begin() as connection:
-            for table in TABLES:
-                connection.execute(text(f"delete from {table}"))
+        store = a2sql_make_store(clock=clock, ids=ids)
+        for table in TABLES:
+            execute_sql(store, text(f"delete from {table}"))
         return store
 
     run_state_machine_as_test(
