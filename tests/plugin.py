@@ -21,8 +21,31 @@ import pytest
 from sqlalchemy import URL
 
 from a2sql.api.config import resolve_url
+from a2sql.testing.plugin import BEFORE_THE_DATABASE
 
 ENGINES = ("sqlite_file", "sqlite_memory", "postgres")
+# The engine that runs the contract's checks made before the database is reached
+# (a2sql.testing.plugin.BEFORE_THE_DATABASE): what they check is the same on every
+# engine, and each facade still runs them.
+BEFORE_THE_DATABASE_ON = "sqlite_file"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the contract's before-the-database tests on all engines but one."""
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        engine = None if callspec is None else callspec.params.get("a2sql_conformance_url")
+        if (
+            engine not in (None, BEFORE_THE_DATABASE_ON)
+            and item.get_closest_marker(BEFORE_THE_DATABASE) is not None
+        ):
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def in_ci() -> bool:

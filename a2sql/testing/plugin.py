@@ -66,6 +66,9 @@ ENV_URL = "A2SQL_CONFORMANCE_URL"
 # temporary directory (tmp_path).
 DEFAULT_URL = "sqlite:///a2.db"
 NOT_THROUGH_USING = "a2sql_not_through_using"
+# Marks a test whose checks all come before the store sends anything (argument
+# checks): on a run over several engines, one engine shows them all.
+BEFORE_THE_DATABASE = "a2sql_before_the_database"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -73,6 +76,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{NOT_THROUGH_USING}(reason): the test does not apply to the facade 'using' "
         "(store.using(connection)), where it is skipped with the reason",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{BEFORE_THE_DATABASE}: what the test checks happens before the store sends "
+        "anything to the database (argument checks); a run over several engines may "
+        "run it on one",
     )
 
 
