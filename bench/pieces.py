@@ -2,12 +2,14 @@
 
 For each RTT (``--rtts``, ms added by the delay proxy; ``direct``: no proxy)
 and each workload, ``python -m bench`` runs with every piece on, then with
-one piece off at a time (``--without``), in turn, ``--repeat`` times; the
-table gives a2sql's ops/s (median of the repeats) and each variant against
-the one with every piece on, with round trips per op. Workloads: ``cycle``
+one piece off at a time (``--without``; ``prepared``: ``--unprepared``), in
+turn, ``--repeat`` times; the table gives a2sql's ops/s (median of the
+repeats) and each variant against the one with every piece on, with round
+trips per op. Workloads: ``cycle``
 and ``append`` on ``Store``; ``tasks``: its 8 ``AsyncStore`` tasks' cycles/s.
 
     python -m bench.pieces [--rtts direct,0.25,1] [--repeat 3] [--rounds 3]
+        [--workloads cycle,append,tasks]
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from typing import Any
 
 # Workload, API, ops per round, the pieces it can go without.
 RUNS: tuple[tuple[str, str, int, tuple[str, ...]], ...] = (
-    ("cycle", "sync", 200, ("one-statement", "raw")),
-    ("append", "sync", 400, ("one-statement", "raw")),
+    ("cycle", "sync", 200, ("one-statement", "raw", "prepared")),
+    ("append", "sync", 400, ("one-statement", "raw", "prepared")),
     # tasks runs both APIs itself: the figure is its 8 AsyncStore tasks'.
     ("tasks", "sync", 400, ("on-loop", "one-statement")),
 )
@@ -33,7 +35,9 @@ def _run(workload: str, api: str, ops: int, rounds: int, rtt: str, off: str | No
     command += ["--api", api, "--ops", str(ops), "--rounds", str(rounds), "--json"]
     if rtt != "direct":
         command += ["--rtt", rtt]
-    if off is not None:
+    if off == "prepared":  # statements prepared on the server: bench's own switch
+        command += ["--unprepared"]
+    elif off is not None:
         command += ["--without", off]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -53,11 +57,16 @@ def main() -> None:
     parser.add_argument("--rtts", default="direct,0.25,1")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--workloads", default="cycle,append,tasks", help="which of cycle, append, tasks"
+    )
     args = parser.parse_args()
     print("| RTT | workload | every piece on | " + "piece off: ops/s, against all on |")
     print("|---|---|---|---|")
     for rtt in args.rtts.split(","):
         for workload, api, ops, pieces in RUNS:
+            if workload not in args.workloads.split(","):
+                continue
             variants: list[str | None] = [None, *pieces]
             samples: dict[str | None, list[float]] = {v: [] for v in variants}
             trips: dict[str | None, float | None] = {}
