@@ -17,6 +17,7 @@ from sqlalchemy.util import await_only
 
 import a2sql
 from a2sql import Completion, NewEvent
+from a2sql.testing.facades import observe
 
 JSON = Any
 # A returned (child) event: id, type, payload, settled.
@@ -119,13 +120,6 @@ def without_pieces(pieces: frozenset[str]) -> None:
         setattr(PostgresBackend, name, getattr(Backend, name) if off else _OWN[name])
 
 
-def _observe(engine: Any) -> None:
-    def nothing(*_: Any) -> None:
-        pass
-
-    event.listen(engine, "before_cursor_execute", nothing)
-
-
 def take_pieces_off(store: Any) -> None:
     """The pieces in ``WITHOUT`` a store decides per store, off on ``store`` (an
     ``AsyncStore``'s private attributes: read and set here only)."""
@@ -133,9 +127,9 @@ def take_pieces_off(store: Any) -> None:
         if "on-loop" in WITHOUT:
             store._on_loop = None
         if "raw" in WITHOUT and store._sync_path is not None:
-            _observe(store._sync_path.engine)
+            observe(store._sync_path.engine)
     elif "raw" in WITHOUT:
-        _observe(store.engine)
+        observe(store.engine)
 
 
 def _never_prepare(engine: Any) -> None:
