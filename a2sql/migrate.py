@@ -15,12 +15,12 @@ from sqlalchemy import URL, Connection, Engine, column, create_engine, inspect, 
 from sqlalchemy import table as table_clause
 from sqlalchemy.pool import StaticPool
 
-from a2sql.api.config import build_engine, resolve_url
 from a2sql.backends import backend_of
 from a2sql.backends.sqlite_begin import DEFAULT_LOCK_TIMEOUT_MS
 from a2sql.core import urls
 from a2sql.core.errors import A2Error, ErrorCode
 from a2sql.core.escaping import command_line
+from a2sql.execution.engines import build_engine, resolve_url
 from a2sql.sql.schema import TABLE_NAMES
 
 # Importing Alembic logs each of its plugins at INFO: an application that logs

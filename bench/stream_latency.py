@@ -47,8 +47,8 @@ from typing import Any
 
 import a2sql
 from a2sql import NewEvent, StoredEvent
-from a2sql.api.config import resolve_url
 from a2sql.backends import backend_named
+from a2sql.execution.engines import resolve_url
 from bench.databases import ensure_postgres_database
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1/a2sql_bench"

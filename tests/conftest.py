@@ -20,7 +20,7 @@ from sqlalchemy import URL, Connection, create_engine, make_url
 
 import a2sql
 import a2sql.migrate
-from a2sql.api.config import resolve_url
+from a2sql.execution.engines import resolve_url
 from a2sql.testing import FakeClock
 from a2sql.testing.facades import open_through
 from a2sql.testing.plugin import (

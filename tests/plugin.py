@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import URL
 
-from a2sql.api.config import resolve_url
+from a2sql.execution.engines import resolve_url
 from a2sql.testing.plugin import BEFORE_THE_DATABASE
 
 ENGINES = ("sqlite_file", "sqlite_memory", "postgres")

@@ -72,7 +72,7 @@ def downgrade():
 
 
 def _driver_url(url: str) -> str:
-    return a2sql.api.config.resolve_url(url).render_as_string(hide_password=False)
+    return a2sql.execution.engines.resolve_url(url).render_as_string(hide_password=False)
 
 
 @pytest.fixture

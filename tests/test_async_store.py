@@ -21,8 +21,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 import a2sql
 from a2sql import A2Error, AsyncStore, ErrorCode, NewEvent
-from a2sql.api.config import async_url, resolve_url
 from a2sql.backends.postgresql import SESSION_LOCK_CLASS
+from a2sql.execution.engines import async_url, resolve_url
 from a2sql.migrate import head_revision
 from tests.holding import DEADLINE_S, wait_until_blocked_by
 from tests.statement_gate import StatementGate, checked_out, connections_back

@@ -16,8 +16,8 @@ from sqlalchemy.pool import Pool, QueuePool
 
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent, migrate
-from a2sql.api.config import resolve_url
 from a2sql.backends.sqlite_begin import DEFAULT_LOCK_TIMEOUT_MS
+from a2sql.execution.engines import resolve_url
 from a2sql.testing import FakeClock
 
 A2_TABLES = {"a2_events", "a2_snapshots", "a2_presence"}

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import a2sql
-from a2sql.api.config import resolve_url
+from a2sql.execution.engines import resolve_url
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "orders"
 ALEMBIC = str(Path(sys.executable).with_name("alembic"))

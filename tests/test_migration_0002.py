@@ -23,7 +23,7 @@ from sqlalchemy import Engine, create_engine, insert, inspect, select
 import a2sql
 from a2sql import A2Error, ErrorCode
 from a2sql import migrate as migrations
-from a2sql.api.config import resolve_url
+from a2sql.execution.engines import resolve_url
 from a2sql.sql.schema import events, presence, snapshots
 from a2sql.testing import FakeClock
 from tests.test_schema_sqlite import seed_database

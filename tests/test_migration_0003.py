@@ -18,7 +18,7 @@ from sqlalchemy import Engine, create_engine, inspect, select
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent
 from a2sql import migrate as migrations
-from a2sql.api.config import resolve_url
+from a2sql.execution.engines import resolve_url
 from a2sql.sql.schema import retired_attempts
 from a2sql.testing import FakeClock
 from tests.test_migration_0002 import (

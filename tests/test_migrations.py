@@ -16,7 +16,7 @@ from sqlalchemy import Engine, create_engine, inspect, text
 
 import a2sql
 from a2sql import migrate
-from a2sql.api.config import resolve_url
+from a2sql.execution.engines import resolve_url
 
 REPO = Path(__file__).resolve().parents[1]
 ALEMBIC_INI = REPO / "alembic.ini"

@@ -33,7 +33,7 @@ from sqlalchemy import URL, NullPool, create_engine, make_url, text
 
 import a2sql
 from a2sql import A2Error, NewEvent
-from a2sql.api.config import resolve_url
+from a2sql.execution.engines import resolve_url
 from tests.conftest import _unavailable
 
 PROCESSES = 6

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Connection, create_engine, text
 
 from a2sql import migrate
-from a2sql.api.config import resolve_url
+from a2sql.execution.engines import resolve_url
 
 KEY_COLUMNS = {
     "a2_events": ("session_id", "event_id", "event_type", "lane", "claim_holder"),

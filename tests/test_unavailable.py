@@ -14,7 +14,7 @@ from sqlalchemy import exc as sa_exc
 
 import a2sql
 from a2sql import A2Error, ClaimRef, ErrorCode, NewEvent, Store
-from a2sql.api.config import resolve_url
+from a2sql.execution.engines import resolve_url
 from a2sql.testing import FakeClock
 from a2sql.testing.facades import execute_sql
 

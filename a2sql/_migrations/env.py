@@ -7,8 +7,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from a2sql.api.config import build_engine, resolve_url
 from a2sql.backends import backend_of
+from a2sql.execution.engines import build_engine, resolve_url
 from a2sql.migrate import VERSION_TABLE, lock_for_migration
 from a2sql.sql.schema import metadata
 

@@ -20,10 +20,8 @@ from a2sql import migrate as migrations
 from a2sql.api.stream import AsyncEventStream
 from a2sql.backends import backend_of
 from a2sql.backends.sqlite_file import DatabaseFile
-from a2sql.core import operations
 from a2sql.core.clock import Clock
 from a2sql.core.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
-from a2sql.core.plans import Answered, Context, Plan
 from a2sql.core.records import (
     JSON,
     AppendResult,
@@ -57,6 +55,8 @@ from a2sql.execution.raw import observed
 from a2sql.execution.running import run_in_savepoint, run_own_transaction
 from a2sql.execution.threads import Abandoned, Job, ThreadRunner, decided
 from a2sql.notify.wakeups import StoreWakeups
+from a2sql.plans import operations
+from a2sql.plans.kinds import Answered, Context, Plan
 
 T = TypeVar("T")
 

@@ -20,9 +20,9 @@ from sqlalchemy.exc import DBAPIError
 
 from a2sql.api.store import Store
 from a2sql.core.errors import is_event_id_collision
-from a2sql.core.plans import Plan
 from a2sql.core.records import SessionSummary, SnapshotInfo
-from a2sql.execution.executor import Transaction
+from a2sql.plans.kinds import Plan
+from a2sql.sql.executor import Transaction
 from a2sql.sql.queries.events import SESSION
 from a2sql.sql.schema import events as E
 from a2sql.sql.schema import snapshots as S

@@ -9,7 +9,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from a2sql import migrate as migrations
 from a2sql.api.async_store import AsyncStore
-from a2sql.api.config import build_async_engine, build_engine, resolve_url
 from a2sql.api.store import Store
 from a2sql.backends import backend_of
 from a2sql.backends.base import Backend
@@ -19,9 +18,10 @@ from a2sql.core import arguments as validate
 from a2sql.core.arguments import DEFAULT_MAX_JSON_CHARS, Limits
 from a2sql.core.clock import Clock, SystemClock, uuid7_id
 from a2sql.core.errors import DRIVER_FAILURES, A2Error, from_driver_error, invalid
-from a2sql.core.plans import Context
 from a2sql.core.urls import shown_url
+from a2sql.execution.engines import build_async_engine, build_engine, resolve_url
 from a2sql.execution.threads import ThreadRunner
+from a2sql.plans.kinds import Context
 
 
 def _context(

@@ -1,4 +1,4 @@
-"""Store: the synchronous facade. Each method builds a plan (a2sql.core.operations) and runs it."""
+"""Store: the synchronous facade. Each method builds a plan (a2sql.plans.operations) and runs it."""
 
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ from sqlalchemy import URL, Connection, Engine
 
 from a2sql.api.stream import EventStream
 from a2sql.backends.sqlite_file import DatabaseFile
-from a2sql.core import operations
 from a2sql.core.clock import Clock
 from a2sql.core.errors import DRIVER_FAILURES, closed_store, from_driver_error, invalid
-from a2sql.core.plans import Answered, Context, Plan
 from a2sql.core.records import (
     JSON,
     AppendResult,
@@ -47,6 +45,8 @@ from a2sql.core.records import (
 from a2sql.execution.running import run_in_savepoint, run_in_transaction
 from a2sql.execution.transactions import KEEP_IDLE, TransactionRunner
 from a2sql.notify.wakeups import StoreWakeups
+from a2sql.plans import operations
+from a2sql.plans.kinds import Answered, Context, Plan
 
 T = TypeVar("T")
 

@@ -25,26 +25,20 @@ from sqlalchemy import (
     BindParameter,
     Connection,
     Select,
+    Table,
     bindparam,
-    func,
-    literal_column,
-    or_,
-    select,
 )
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.dml import Insert
 
-from a2sql.backends.column_types import Timestamp
 from a2sql.core.errors import A2Error, invalid
-from a2sql.execution.executor import Transaction
-from a2sql.sql.schema import events, presence, retired_attempts, snapshots
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from a2sql.core.plans import Context, OneStatement
     from a2sql.core.records import AppendResult, ClaimResult, CompleteResult, FailResult
+    from a2sql.plans.kinds import Context, OneStatement
+    from a2sql.sql.executor import Transaction
     from a2sql.sql.queries.events import ValidEvent
 
 # What a2sql's writes on a connection whose driver commits each statement would not do.
@@ -126,9 +120,9 @@ class Backend:
     # The isolation level of a2sql's own transactions, where the engine's
     # default may be another.
     own_isolation_level: ClassVar[str | None] = None
-    upsert_snapshot: Insert
-    upsert_presence: Insert
-    retire_attempts: Insert
+    # The dialect's ``insert(table)``, whose INSERT can say what to do on a conflict
+    # (``on_conflict_do_update``): a2sql's upserts (a2sql.sql.queries) are built on it.
+    insert: Callable[[Table], Any]
 
     def lock_session(
         self, tx: Transaction, session_id: str, *, announce: bool, lock_timeout_ms: int | None
@@ -178,52 +172,6 @@ class Backend:
     def opaque_to_planner(self, value: BindParameter[Any]) -> ColumnElement[Any]:
         """``value``, hidden from the planner's estimates where it has any."""
         return value
-
-    def _build_upserts(self, insert: Any) -> None:
-        # delete_session: keep the session's highest attempt number, where one was
-        # claimed (a2sql.sql.schema), never lowering it. Its events' attempt counts
-        # started at the one kept before, so the highest of them is never below it.
-        last_attempt = (
-            select(events.c.session_id, func.max(events.c.attempt_count))
-            .where(
-                events.c.session_id == bindparam("sid"),
-                events.c.attempt_count > literal_column("0"),
-            )
-            .group_by(events.c.session_id)
-        )
-        retired = insert(retired_attempts).from_select(["session_id", "last_attempt"], last_attempt)
-        self.retire_attempts = retired.on_conflict_do_update(
-            index_elements=[retired_attempts.c.session_id],
-            set_={"last_attempt": retired.excluded.last_attempt},
-            where=retired.excluded.last_attempt > retired_attempts.c.last_attempt,
-        )
-        snapshot = insert(snapshots)
-        self.upsert_snapshot = snapshot.on_conflict_do_update(
-            index_elements=[snapshots.c.session_id, snapshots.c.reducer_name],
-            set_={
-                "up_to_index": snapshot.excluded.up_to_index,
-                "state": snapshot.excluded.state,
-                "updated_at": snapshot.excluded.updated_at,
-            },
-            # A slow writer never clobbers a further-along snapshot.
-            where=snapshot.excluded.up_to_index > snapshots.c.up_to_index,
-        )
-        entry = insert(presence)
-        self.upsert_presence = entry.on_conflict_do_update(
-            index_elements=[presence.c.ns, presence.c.participant, presence.c.field],
-            set_={
-                "value": entry.excluded.value,
-                "seen": entry.excluded.seen,
-                "at": entry.excluded.at,
-                "expires_at": entry.excluded.expires_at,
-            },
-            # Last writer wins by the writer's `at`; ties go to the incoming write.
-            # An expired row is gone, swept or not: any write replaces it.
-            where=or_(
-                presence.c.at <= entry.excluded.at,
-                presence.c.expires_at <= bindparam("now", type_=Timestamp()),
-            ),
-        )
 
     # --- URLs and engines ---------------------------------------------------------
 
@@ -306,7 +254,7 @@ class Backend:
 
     # --- operations a backend may send as one statement ------------------------------
     # Each gives the operation's common case as one statement sent after the
-    # session's lock (a2sql.core.plans.OneStatement), built when it is sent, or
+    # session's lock (a2sql.plans.kinds.OneStatement), built when it is sent, or
     # ``None`` where the backend runs the operation's shared statements only.
 
     def one_statement_append(

@@ -8,8 +8,8 @@ already-encoded text and read back as Python values.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from typing import Any, overload
+from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import BigInteger, Boolean, DateTime, Integer, Text, literal_column
 from sqlalchemy.dialects import postgresql
@@ -18,10 +18,9 @@ from sqlalchemy.sql.elements import BindParameter, ColumnElement
 from sqlalchemy.sql.expression import cast, type_coerce
 from sqlalchemy.types import TypeDecorator, TypeEngine, UserDefinedType
 
+from a2sql.core.clock import from_millis, to_millis
 from a2sql.core.errors import A2Error, ErrorCode
 from a2sql.core.jsontext import decode_json
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 # Text keys (session ids, lanes, names): byte order on PostgreSQL, so that
 # ordering and range seeks are by code point as they are on SQLite.
@@ -33,30 +32,6 @@ BigInt = BigInteger().with_variant(Integer(), "sqlite")
 
 # lane_ready: the seed stores 0/1 in an integer column.
 Flag = Boolean().with_variant(Integer(), "sqlite")
-
-
-ONE_MS = timedelta(milliseconds=1)
-
-
-@overload
-def to_millis(value: datetime) -> int: ...
-@overload
-def to_millis(value: None) -> None: ...
-def to_millis(value: datetime | None) -> int | None:
-    """Epoch milliseconds of an aware datetime, truncated; None stays None."""
-    if value is None:
-        return None
-    delta = value - EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
-
-
-@overload
-def from_millis(millis: int) -> datetime: ...
-@overload
-def from_millis(millis: None) -> None: ...
-def from_millis(millis: int | None) -> datetime | None:
-    """The aware UTC datetime of epoch milliseconds; None stays None."""
-    return None if millis is None else EPOCH + millis * ONE_MS
 
 
 class Timestamp(TypeDecorator[datetime]):

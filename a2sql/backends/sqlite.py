@@ -17,7 +17,7 @@ from a2sql.backends.base import NOT_AUTOCOMMIT, UNHELD, Backend, Capabilities
 from a2sql.backends.registry import register
 from a2sql.backends.sqlite_file import file_of, make_ready
 from a2sql.core.errors import A2Error, invalid
-from a2sql.execution.executor import Transaction
+from a2sql.sql.executor import Transaction
 
 # No cross-process wake-up on SQLite: streams poll, briefly.
 POLL_INTERVAL_S = 0.1
@@ -39,6 +39,7 @@ class SqliteBackend(Backend):
     )
     drivers = ("pysqlite", "aiosqlite")
     async_driver = "aiosqlite"
+    insert = staticmethod(sqlite.insert)
     direct_driver = ("pysqlite", "qmark")
     direct_begins_itself = True
     alters_in_place = False
@@ -46,9 +47,6 @@ class SqliteBackend(Backend):
     stream_poll_interval = POLL_INTERVAL_S
     # The development database: a store brings it up to date as it opens it.
     upgrades_on_open = True
-
-    def __init__(self) -> None:
-        self._build_upserts(sqlite.insert)
 
     # --- URLs and engines ---------------------------------------------------------
 

@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 import click
 from sqlalchemy import URL
 
-from a2sql.api.config import DEFAULT_URL, ENV_URL, resolve_url
 from a2sql.api.store import Store
 from a2sql.backends import database_file
 from a2sql.core.escaping import command_line, printable
-from a2sql.core.urls import shown_url
+from a2sql.core.urls import listen_argument, shown_url
+from a2sql.execution.engines import DEFAULT_URL, ENV_URL, resolve_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -74,13 +74,6 @@ def url_option(function: F) -> F:
 
 def listen_option(function: F) -> F:
     return click.option("--listen", metavar="URL|off", default=None, help=LISTEN_HELP)(function)
-
-
-def listen_argument(listen: str | None) -> bool | str:
-    """``--listen`` as ``create_store``'s ``listen``."""
-    if listen is None:
-        return True
-    return False if listen == "off" else listen
 
 
 def json_option(function: F) -> F:

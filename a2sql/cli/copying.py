@@ -11,7 +11,6 @@ from sqlalchemy import URL, Engine
 
 from a2sql import migrate as migrations
 from a2sql.api import copying as transfer
-from a2sql.api.config import build_engine
 from a2sql.api.store import Store
 from a2sql.backends import database_file
 from a2sql.cli.common import CANNOT_RUN, CommandFailed, existing, json_option, plural
@@ -19,6 +18,7 @@ from a2sql.cli.output import Output
 from a2sql.core.errors import listed
 from a2sql.core.escaping import command_line
 from a2sql.core.urls import shown_url
+from a2sql.execution.engines import build_engine
 
 
 def _engine(resolved: URL) -> tuple[Engine, str]:

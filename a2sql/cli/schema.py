@@ -11,7 +11,6 @@ from sqlalchemy import URL, create_engine
 from sqlalchemy.pool import NullPool
 
 from a2sql import migrate as migrations
-from a2sql.api.config import build_engine, resolve_url
 from a2sql.backends import database_file
 from a2sql.cli.common import (
     NO_DATABASE,
@@ -25,6 +24,7 @@ from a2sql.cli.common import (
 from a2sql.cli.output import Output
 from a2sql.core.escaping import command_line
 from a2sql.core.urls import shown_url
+from a2sql.execution.engines import build_engine, resolve_url
 
 
 @click.command()

@@ -1,13 +1,11 @@
-"""Where time and event ids come from by default."""
+"""Where time and event ids come from by default, and time as epoch milliseconds."""
 
 from __future__ import annotations
 
 import os
 import time
-from datetime import datetime
-from typing import Protocol
-
-from a2sql.backends.column_types import from_millis
+from datetime import UTC, datetime, timedelta
+from typing import Protocol, overload
 
 
 class Clock(Protocol):
@@ -37,3 +35,28 @@ def uuid7_id() -> str:
     # Formatted by hand: uuid.UUID(int=...) and str() cost twice as much.
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+ONE_MS = timedelta(milliseconds=1)
+
+
+@overload
+def to_millis(value: datetime) -> int: ...
+@overload
+def to_millis(value: None) -> None: ...
+def to_millis(value: datetime | None) -> int | None:
+    """Epoch milliseconds of an aware datetime, truncated; None stays None."""
+    if value is None:
+        return None
+    delta = value - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+@overload
+def from_millis(millis: int) -> datetime: ...
+@overload
+def from_millis(millis: None) -> None: ...
+def from_millis(millis: int | None) -> datetime | None:
+    """The aware UTC datetime of epoch milliseconds; None stays None."""
+    return None if millis is None else EPOCH + millis * ONE_MS

@@ -9,8 +9,6 @@ from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
-from a2sql.execution.pooler import POOLER_HINT, lost_prepared_statement
-
 
 class ErrorCode(StrEnum):
     """What went wrong, as a stable machine-readable code."""
@@ -150,3 +148,29 @@ def closed_store() -> A2Error:
 def invalid(argument: str, problem: str) -> A2Error:
     """An ``INVALID_ARGUMENT`` error naming the argument and what was wrong with it."""
     return A2Error(ErrorCode.INVALID_ARGUMENT, f"{argument}: {problem}")
+
+
+# What preparation behind a connection pooler a2sql did not recognise looks like
+# (a2sql.execution.pooler recognises PgBouncer and stops preparing there).
+POOLER_HINT = (
+    "a connection pooler in transaction mode (PgBouncer) that a2sql did not recognise "
+    "loses statements prepared on the server: pass create_store an engine created "
+    "with connect_args={'prepare_threshold': None}"
+)
+
+
+def lost_prepared_statement(error: BaseException) -> bool:
+    """Whether ``error`` says a statement prepared on the server was missing, taken or
+    another one: what preparation behind an unrecognised pooler looks like."""
+    orig = getattr(error, "orig", None)
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate in (_INVALID_SQL_STATEMENT_NAME, _DUPLICATE_PREPARED_STATEMENT):
+        return True
+    return sqlstate == _PROTOCOL_VIOLATION and "prepared statement" in str(orig)
+
+
+# PostgreSQL's codes for: prepared statement "…" does not exist; … already
+# exists; bind message supplies N parameters, but prepared statement "…" requires M.
+_INVALID_SQL_STATEMENT_NAME = "26000"
+_DUPLICATE_PREPARED_STATEMENT = "42P05"
+_PROTOCOL_VIOLATION = "08P01"

@@ -1,4 +1,5 @@
-"""How a database URL is shown in messages and output: never with a password.
+"""How a database URL is shown in messages and output (never with a password), and
+what the commands' ``--listen`` means.
 
 A password can sit in the URL's user part (``u:secret@host``) or in its
 query (``?password=secret``, which libpq and psycopg read too, and
@@ -36,3 +37,10 @@ def shown_url_text(text: str) -> str:
     """A URL given as text that does not parse, shown with what looks like a password masked."""
     text = _USER_PASSWORD.sub(rf"\1:{MASK}@", text, count=1)
     return _QUERY_PASSWORD.sub(rf"\1{MASK}", text)
+
+
+def listen_argument(listen: str | None) -> bool | str:
+    """The commands' ``--listen URL|off`` (absent: ``None``) as ``create_store``'s ``listen``."""
+    if listen is None:
+        return True
+    return False if listen == "off" else listen

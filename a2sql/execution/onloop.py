@@ -41,7 +41,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from a2sql.core.errors import closed_store
-from a2sql.core.plans import Context, Plan
 from a2sql.execution.connecting import invalidated, opened
 from a2sql.execution.pooler import answered_by_pooler, implicit_at
 from a2sql.execution.raw import (
@@ -55,6 +54,7 @@ from a2sql.execution.raw import (
 from a2sql.execution.running import collisions, lock_statements
 from a2sql.execution.settling import Settling
 from a2sql.execution.transactions import KEEP_IDLE, MAX_IDLE_S
+from a2sql.plans.kinds import Context, Plan
 
 if TYPE_CHECKING:
     from a2sql.execution.wire import Wire

@@ -35,12 +35,6 @@ _BEHIND_POOLER = "a2sql_behind_pooler"
 # And whether a2sql's pipelines may go without BEGIN and COMMIT on it.
 _IMPLICIT = "a2sql_implicit_transactions"
 
-POOLER_HINT = (
-    "a connection pooler in transaction mode (PgBouncer) that a2sql did not recognise "
-    "loses statements prepared on the server: pass create_store an engine created "
-    "with connect_args={'prepare_threshold': None}"
-)
-
 
 def answered_by_pooler(backend_pid: int, driver: Any) -> bool:
     """Whether the server process id a connection's server gave (``pg_backend_pid()``) is
@@ -118,20 +112,3 @@ def unprepared_behind_pooler(connection: Connection) -> Iterator[None]:
         yield
     finally:
         restore(driver, threshold)
-
-
-def lost_prepared_statement(error: BaseException) -> bool:
-    """Whether ``error`` says a statement prepared on the server was missing, taken or
-    another one: what preparation behind an unrecognised pooler looks like."""
-    orig = getattr(error, "orig", None)
-    sqlstate = getattr(orig, "sqlstate", None)
-    if sqlstate in (_INVALID_SQL_STATEMENT_NAME, _DUPLICATE_PREPARED_STATEMENT):
-        return True
-    return sqlstate == _PROTOCOL_VIOLATION and "prepared statement" in str(orig)
-
-
-# PostgreSQL's codes for: prepared statement "…" does not exist; … already
-# exists; bind message supplies N parameters, but prepared statement "…" requires M.
-_INVALID_SQL_STATEMENT_NAME = "26000"
-_DUPLICATE_PREPARED_STATEMENT = "42P05"
-_PROTOCOL_VIOLATION = "08P01"

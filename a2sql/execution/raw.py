@@ -297,7 +297,7 @@ class KeptConnection:
 
 class RawTransaction:
     """One a2sql transaction on a held driver connection's cursor: an ``Executor``
-    (a2sql.execution.executor) that sends a plan whole."""
+    (a2sql.sql.executor) that sends a plan whole."""
 
     sends_whole = True
 

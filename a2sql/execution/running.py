@@ -19,11 +19,11 @@ from sqlalchemy import Connection, Executable
 from sqlalchemy.exc import DBAPIError
 
 from a2sql.core.errors import is_event_id_collision
-from a2sql.core.plans import Context, OneStatement, Plan
 from a2sql.execution.callers import check_connection, refusal
-from a2sql.execution.executor import AnyRow, ConnectionExecutor, Transaction
 from a2sql.execution.pooler import unprepared_behind_pooler
 from a2sql.execution.raw import Params
+from a2sql.plans.kinds import Context, OneStatement, Plan
+from a2sql.sql.executor import AnyRow, ConnectionExecutor, Transaction
 
 T = TypeVar("T")
 

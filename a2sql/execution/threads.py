@@ -47,10 +47,10 @@ from sqlalchemy.exc import OperationalError
 
 from a2sql.backends.sqlite_file import DatabaseFile
 from a2sql.core.errors import closed_store
-from a2sql.core.plans import Context, Plan
-from a2sql.execution.executor import Transaction
 from a2sql.execution.running import run_in_transaction
 from a2sql.execution.transactions import KEEP_IDLE, TransactionRunner
+from a2sql.plans.kinds import Context, Plan
+from a2sql.sql.executor import Transaction
 
 T = TypeVar("T")
 

@@ -22,9 +22,9 @@ from sqlalchemy import Engine
 from a2sql.backends import backend_of
 from a2sql.backends.sqlite_file import DatabaseFile
 from a2sql.execution import forks
-from a2sql.execution.executor import ConnectionExecutor, Transaction
 from a2sql.execution.pooler import unprepared_behind_pooler
 from a2sql.execution.raw import KeptConnection, RawTransaction, can_run_directly, observed
+from a2sql.sql.executor import ConnectionExecutor, Transaction
 
 T = TypeVar("T")
 C = TypeVar("C")

@@ -13,9 +13,8 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, TypeAlias
 
-from a2sql.cli.common import listen_argument
 from a2sql.core.errors import A2Error, ErrorCode
-from a2sql.core.urls import shown_url
+from a2sql.core.urls import listen_argument, shown_url
 
 log = logging.getLogger("a2sql.worker")
 

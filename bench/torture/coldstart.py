@@ -24,7 +24,7 @@ from sqlalchemy.pool import NullPool
 
 import a2sql
 from a2sql import NewEvent
-from a2sql.api.config import resolve_url
+from a2sql.execution.engines import resolve_url
 from a2sql.migrate import VERSION_TABLE, head_revision
 from a2sql.sql.schema import TABLE_NAMES
 from bench.torture.common import Report, Target

@@ -21,7 +21,7 @@ from sqlalchemy.pool import NullPool
 
 import a2sql
 from a2sql import A2Error, ErrorCode
-from a2sql.api.config import resolve_url
+from a2sql.execution.engines import resolve_url
 
 T = TypeVar("T")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from a2sql import Store
-from a2sql.api.config import ENV_URL
+from a2sql.execution.engines import ENV_URL
 from tests.cli.conftest import Cli
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from a2sql.api.config import ENV_URL
 from a2sql.backends.postgresql import MIGRATION_LOCK_KEY
+from a2sql.execution.engines import ENV_URL
 from tests.cli.conftest import Cli, Ran, run_a2sql
 
 

@@ -27,8 +27,8 @@ from sqlalchemy.sql import Executable
 import a2sql
 from a2sql import NewEvent
 from a2sql.backends import backend_of
-from a2sql.backends.column_types import to_millis
 from a2sql.backends.postgresql.one_statement import claim_available as fused_claim
+from a2sql.core.clock import to_millis
 from a2sql.sql.queries.append import PARENT_ATTEMPTS
 from a2sql.sql.queries.attempts import COMPLETE_IF_CURRENT, PROMOTE_LANE_HEAD
 from a2sql.sql.queries.claims import NEXT_EXPIRY, claim, claim_statement

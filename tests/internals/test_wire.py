@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine
 
-from a2sql.api.config import resolve_url
+from a2sql.execution.engines import resolve_url
 
 psycopg = pytest.importorskip("psycopg")
 from psycopg import pq  # noqa: E402

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import URL, create_engine, text
 from sqlalchemy.pool import NullPool
 
-from a2sql.api.config import resolve_url
+from a2sql.execution.engines import resolve_url
 from bench.torture.common import Report, Target
 
 TORTURE_ENGINES = ("sqlite", pytest.param("postgres", marks=pytest.mark.postgres))

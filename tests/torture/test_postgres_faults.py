@@ -21,7 +21,7 @@ from sqlalchemy.pool import NullPool
 
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent, Store
-from a2sql.api.config import resolve_url
+from a2sql.execution.engines import resolve_url
 from a2sql.sql.schema import events as E
 from bench.torture.common import scratch_target
 from bench.torture.driver import WorkersConfig, run_workers

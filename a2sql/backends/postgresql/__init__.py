@@ -32,13 +32,13 @@ from a2sql.backends.postgresql.one_statement import GRANTED, GRANTED_SETTING
 from a2sql.backends.registry import register
 from a2sql.core.arguments import expiry
 from a2sql.core.errors import invalid
-from a2sql.core.plans import OneStatement
 from a2sql.core.records import AppendResult, ClaimResult, CompleteResult, FailResult
-from a2sql.execution.executor import Transaction
+from a2sql.plans.kinds import OneStatement
+from a2sql.sql.executor import Transaction
 from a2sql.sql.queries.events import ValidEvent
 
 if TYPE_CHECKING:
-    from a2sql.core.plans import Context
+    from a2sql.plans.kinds import Context
 
 # LISTEN/NOTIFY wakes streams; polling only covers a lost notification.
 POLL_INTERVAL_S = 2.0
@@ -73,6 +73,7 @@ class PostgresBackend(Backend):
     # psycopg 3 serves both: a URL that names no driver means it.
     drivers = ("psycopg",)
     async_driver = "psycopg"
+    insert = staticmethod(postgresql.insert)
     direct_driver = ("psycopg", "pyformat")
     install_hint = " (psycopg 3: pip install 'a2sql[postgres]')"
     # LISTEN/NOTIFY wakes streams; polling only covers a lost notification.
@@ -135,9 +136,6 @@ class PostgresBackend(Backend):
         ),
     }
     _isolation_level = select(_isolation)
-
-    def __init__(self) -> None:
-        self._build_upserts(postgresql.insert)
 
     # --- URLs and transactions ------------------------------------------------------
 

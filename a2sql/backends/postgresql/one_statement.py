@@ -67,10 +67,10 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 
 from a2sql.backends.column_types import Timestamp
-from a2sql.core.plans import OneStatement
 from a2sql.core.records import AppendResult, ClaimResult, CompleteResult, EventCause, FailResult
-from a2sql.execution.executor import AnyRow
+from a2sql.plans.kinds import OneStatement
 from a2sql.sql.codec import encode_cause, encode_ids
+from a2sql.sql.executor import AnyRow
 from a2sql.sql.queries.append import duplicate_ids
 from a2sql.sql.queries.attempts import (
     COMPLETE_IF_CURRENT,
@@ -250,7 +250,7 @@ def _batch_params(batch: Sequence[ValidEvent], ids: Sequence[str]) -> dict[str, 
 def fuses(batch: Sequence[ValidEvent]) -> bool:
     """Whether a batch's events can be inserted by a fused statement: none has a lane
     (whether a lane's event is ready depends on the lane's events) and no id comes
-    twice. An append's events must also have no cause (a2sql.core.operations): causes are
+    twice. An append's events must also have no cause (a2sql.plans.operations): causes are
     checked against their attempts first."""
     for event in batch:
         if event.lane is not None:

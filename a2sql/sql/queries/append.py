@@ -9,9 +9,9 @@ from sqlalchemy import bindparam, select
 
 from a2sql.core.errors import A2Error, ErrorCode
 from a2sql.core.records import AppendResult, StoredEvent
-from a2sql.execution import executor as execute
-from a2sql.execution.executor import Transaction
+from a2sql.sql import executor as execute
 from a2sql.sql.codec import stored_event
+from a2sql.sql.executor import Transaction
 from a2sql.sql.queries.events import (
     EVENTS_BETWEEN,
     MAX_INDEX,

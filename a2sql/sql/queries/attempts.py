@@ -12,8 +12,8 @@ from sqlalchemy.exc import DBAPIError
 from a2sql.backends.column_types import Timestamp
 from a2sql.core.errors import A2Error, ErrorCode, is_event_id_collision, listed, taken_event_id
 from a2sql.core.records import CompleteResult, EventCause, FailResult, StoredEvent
-from a2sql.execution.executor import Transaction
 from a2sql.sql.codec import encode_ids, stored_event
+from a2sql.sql.executor import Transaction
 from a2sql.sql.queries.append import duplicate_ids
 from a2sql.sql.queries.events import (
     EVENT_AT,

@@ -25,12 +25,12 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.visitors import InternalTraversal
 
-from a2sql.backends import backend_of
 from a2sql.backends.column_types import Timestamp
+from a2sql.backends.registry import backend_of
 from a2sql.core.records import ClaimRef, ClaimResult, ReleaseResult, RenewResult, StoredEvent
-from a2sql.execution import executor as execute
-from a2sql.execution.executor import Transaction
+from a2sql.sql import executor as execute
 from a2sql.sql.codec import claimed_event
+from a2sql.sql.executor import Transaction
 from a2sql.sql.queries.events import ONE_ROW, SESSION
 from a2sql.sql.schema import events as E
 

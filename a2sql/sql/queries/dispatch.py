@@ -11,7 +11,7 @@ from sqlalchemy import Select, bindparam, func, select
 
 from a2sql.backends.base import Backend
 from a2sql.core.records import Dispatch
-from a2sql.execution.executor import Transaction
+from a2sql.sql.executor import Transaction
 from a2sql.sql.queries.claims import FREE, NOW, READY, claim_events
 from a2sql.sql.queries.operator_reads import prefix_successor
 from a2sql.sql.schema import events as E

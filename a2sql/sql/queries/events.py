@@ -23,9 +23,9 @@ from sqlalchemy import (
 from a2sql.core.errors import A2Error, ErrorCode
 from a2sql.core.jsontext import decode_json
 from a2sql.core.records import EventCause, StoredEvent
-from a2sql.execution import executor as execute
-from a2sql.execution.executor import Transaction
+from a2sql.sql import executor as execute
 from a2sql.sql.codec import canonical_json, encode_cause, stored_event
+from a2sql.sql.executor import Transaction
 from a2sql.sql.schema import events as E
 from a2sql.sql.schema import retired_attempts as R
 
@@ -33,7 +33,7 @@ MAX_INDEX = 2**63 - 1
 
 
 class ValidEvent(NamedTuple):
-    """A ``NewEvent`` that passed validation, with its payload encoded (a2sql.core.operations)."""
+    """A ``NewEvent`` that passed validation, with its payload encoded (a2sql.plans.operations)."""
 
     type: str
     payload_json: str

@@ -24,9 +24,9 @@ from a2sql.backends.column_types import Timestamp
 from a2sql.core.errors import invalid
 from a2sql.core.jsontext import decode_json
 from a2sql.core.records import DeadLetterPage, EventPage, SessionPage, SessionSummary, StoreTotals
-from a2sql.execution import executor as execute
-from a2sql.execution.executor import AnyRow, Transaction
+from a2sql.sql import executor as execute
 from a2sql.sql.codec import stored_event
+from a2sql.sql.executor import AnyRow, Transaction
 from a2sql.sql.queries.events import SESSION, session_status
 from a2sql.sql.schema import events as E
 from a2sql.sql.schema import retired_attempts as R

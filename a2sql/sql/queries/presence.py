@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import BindParameter, bindparam, delete, literal_column, or_, select, tuple_
+from sqlalchemy import BindParameter, Insert, bindparam, delete, literal_column, or_, select, tuple_
 
 from a2sql.backends.base import Backend
-from a2sql.backends.column_types import Timestamp, to_millis
+from a2sql.backends.column_types import Timestamp
+from a2sql.core.clock import to_millis
 from a2sql.core.records import PresenceEntry
-from a2sql.execution.executor import Transaction
+from a2sql.sql.executor import Transaction
 from a2sql.sql.schema import presence as P
 
 
@@ -123,9 +125,30 @@ def set_fields(
     tx.run(SWEEP, {"ns": ns, "now": now})
 
 
+@cache
+def _upsert_presence(backend: Backend) -> Insert:
+    entry = backend.insert(P)
+    upsert: Insert = entry.on_conflict_do_update(
+        index_elements=[P.c.ns, P.c.participant, P.c.field],
+        set_={
+            "value": entry.excluded.value,
+            "seen": entry.excluded.seen,
+            "at": entry.excluded.at,
+            "expires_at": entry.excluded.expires_at,
+        },
+        # Last writer wins by the writer's `at`; ties go to the incoming write.
+        # An expired row is gone, swept or not: any write replaces it.
+        where=or_(
+            P.c.at <= entry.excluded.at,
+            P.c.expires_at <= bindparam("now", type_=Timestamp()),
+        ),
+    )
+    return upsert
+
+
 def _upsert(tx: Transaction, backend: Backend, rows: list[dict[str, Any]]) -> None:
     if rows:
-        tx.run_many(backend.upsert_presence, rows)
+        tx.run_many(_upsert_presence(backend), rows)
 
 
 def read(tx: Transaction, ns: str, now: datetime) -> list[PresenceEntry]:

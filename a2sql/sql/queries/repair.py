@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import bindparam, false, null, update
 
 from a2sql.core.records import RetryResult, SkipResult
-from a2sql.execution.executor import Transaction
+from a2sql.sql.executor import Transaction
 from a2sql.sql.queries.attempts import NOW, PROMOTE_LANE_HEAD, THIS_EVENT, event_at
 from a2sql.sql.schema import events as E
 

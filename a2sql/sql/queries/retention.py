@@ -6,21 +6,41 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Select, bindparam, case, delete, func, literal_column, select
+from sqlalchemy import Insert, Select, bindparam, case, delete, func, literal_column, select
 
 from a2sql.backends.base import Backend
 from a2sql.backends.column_types import Timestamp
 from a2sql.core.records import DeleteResult, PruneResult
-from a2sql.execution.executor import Transaction
+from a2sql.sql.executor import Transaction
 from a2sql.sql.queries.events import SESSION
 from a2sql.sql.queries.operator_reads import latest_time, prefix_range
 from a2sql.sql.schema import events as E
+from a2sql.sql.schema import retired_attempts as R
 from a2sql.sql.schema import snapshots as S
 
 DELETE_EVENTS = delete(E).where(E.c.session_id == SESSION)
 DELETE_SNAPSHOTS = delete(S).where(S.c.session_id == SESSION)
 
 _CUT = bindparam("cut", type_=Timestamp())
+
+
+@cache
+def _retire_attempts(backend: Backend) -> Insert:
+    """delete_session's: keep the session's highest attempt number, where one was
+    claimed (a2sql.sql.schema), never lowering it. Its events' attempt counts started
+    at the one kept before, so the highest of them is never below it."""
+    last_attempt = (
+        select(E.c.session_id, func.max(E.c.attempt_count))
+        .where(E.c.session_id == SESSION, E.c.attempt_count > literal_column("0"))
+        .group_by(E.c.session_id)
+    )
+    retired = backend.insert(R).from_select(["session_id", "last_attempt"], last_attempt)
+    upsert: Insert = retired.on_conflict_do_update(
+        index_elements=[R.c.session_id],
+        set_={"last_attempt": retired.excluded.last_attempt},
+        where=retired.excluded.last_attempt > R.c.last_attempt,
+    )
+    return upsert
 
 
 def delete_session(tx: Transaction, backend: Backend, session_id: str) -> DeleteResult:
@@ -30,7 +50,7 @@ def delete_session(tx: Transaction, backend: Backend, session_id: str) -> Delete
     attempts can never fence an event of the new one."""
     params = {"sid": session_id}
     snapshots = tx.count(DELETE_SNAPSHOTS, params)
-    tx.run(backend.retire_attempts, params)
+    tx.run(_retire_attempts(backend), params)
     return DeleteResult(events=tx.count(DELETE_EVENTS, params), snapshots=snapshots)
 
 

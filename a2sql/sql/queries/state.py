@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
+from functools import cache
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import Insert, bindparam, select
 
 from a2sql.backends.base import Backend
 from a2sql.core.errors import invalid
 from a2sql.core.records import Event, Snapshot, SnapshotInfo, StateRead
-from a2sql.execution.executor import Transaction
+from a2sql.sql.executor import Transaction
 from a2sql.sql.queries.events import SESSION, session_status
 from a2sql.sql.schema import events as E
 from a2sql.sql.schema import snapshots as S
@@ -43,6 +44,22 @@ def read_state(tx: Transaction, session_id: str, reducer_name: str) -> StateRead
     return StateRead(snapshot=snapshot, events=[Event(*row) for row in rows])
 
 
+@cache
+def _upsert_snapshot(backend: Backend) -> Insert:
+    snapshot = backend.insert(S)
+    upsert: Insert = snapshot.on_conflict_do_update(
+        index_elements=[S.c.session_id, S.c.reducer_name],
+        set_={
+            "up_to_index": snapshot.excluded.up_to_index,
+            "state": snapshot.excluded.state,
+            "updated_at": snapshot.excluded.updated_at,
+        },
+        # A slow writer never clobbers a further-along snapshot.
+        where=snapshot.excluded.up_to_index > S.c.up_to_index,
+    )
+    return upsert
+
+
 def put_snapshot(
     tx: Transaction,
     backend: Backend,
@@ -61,7 +78,7 @@ def put_snapshot(
             f"for session {session_id!r}, got {index}",
         )
     tx.run(
-        backend.upsert_snapshot,
+        _upsert_snapshot(backend),
         {
             "session_id": session_id,
             "reducer_name": reducer_name,

@@ -1,6 +1,6 @@
 """Each public method once: check its arguments, then describe the transaction to run.
 
-Each function here returns a ``Plan`` (a2sql.core.plans): which session to
+Each function here returns a ``Plan`` (a2sql.plans.kinds): which session to
 lock (if any), whether the transaction only reads, and what to run in it.
 ``Store`` runs plans in transactions of its own, ``AsyncStore`` the very same
 plans, and ``using(connection)`` in a savepoint of the caller's transaction
@@ -15,7 +15,6 @@ from typing import NamedTuple, TypeVar
 
 from a2sql.core import arguments as validate
 from a2sql.core.errors import invalid
-from a2sql.core.plans import Answered, Context, Plan, has_events
 from a2sql.core.records import (
     JSON,
     AppendResult,
@@ -43,8 +42,9 @@ from a2sql.core.records import (
     StoredEvent,
     StoreTotals,
 )
-from a2sql.execution.executor import Transaction
+from a2sql.plans.kinds import Answered, Context, Plan, has_events
 from a2sql.sql.codec import truncate_ms
+from a2sql.sql.executor import Transaction
 from a2sql.sql.queries import append as append_ops
 from a2sql.sql.queries import attempts as attempt_ops
 from a2sql.sql.queries import claims as claim_ops

@@ -4,7 +4,7 @@ anything runs.
 A ``Plan`` says which session to lock (if any), whether the transaction only
 reads, and what to run in it; ``Answered`` is a method's answer found without
 the database. ``Context`` is what every plan needs besides its arguments.
-Plans are made by a2sql.core.operations and run by a2sql.execution.running,
+Plans are made by a2sql.plans.operations and run by a2sql.execution.running,
 on whichever facade and engine.
 """
 
@@ -22,8 +22,8 @@ from a2sql.core import arguments as validate
 from a2sql.core.clock import Clock, SystemClock
 from a2sql.core.errors import A2Error, invalid
 from a2sql.core.records import AppendResult, CompleteResult
-from a2sql.execution.executor import AnyRow, Transaction
 from a2sql.sql.codec import truncate_ms
+from a2sql.sql.executor import AnyRow, Transaction
 
 T = TypeVar("T")
 
