@@ -15,11 +15,12 @@ from sqlalchemy import Connection, create_engine, text
 DEADLINE_S = 5.0
 
 
-async def wait_until_blocked_by(holder: Connection) -> None:
-    """Until a backend waits on a lock ``holder`` holds."""
+async def wait_until_blocked_by(holder: Connection) -> list[int]:
+    """Until a backend waits on a lock ``holder`` holds; the process ids of those that do."""
     pid = holder.execute(text("select pg_backend_pid()")).scalar_one()
     query = text(
-        "select count(*) from pg_stat_activity where cast(:pid as int) = any(pg_blocking_pids(pid))"
+        "select coalesce(array_agg(pid order by pid), '{}') from pg_stat_activity"
+        " where cast(:pid as int) = any(pg_blocking_pids(pid))"
     )
     # Another connection; each look in a transaction of its own (pg_stat_activity
     # is a snapshot per transaction).
@@ -27,8 +28,9 @@ async def wait_until_blocked_by(holder: Connection) -> None:
     try:
         with engine.connect() as probe:
             for _ in range(int(DEADLINE_S / 0.02)):
-                if probe.execute(query, {"pid": pid}).scalar_one():
-                    return
+                blocked: list[int] = probe.execute(query, {"pid": pid}).scalar_one()
+                if blocked:
+                    return blocked
                 probe.rollback()
                 await asyncio.sleep(0.02)
     finally:

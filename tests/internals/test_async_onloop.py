@@ -10,42 +10,31 @@ import tempfile
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, create_engine, text
 
 import a2sql
 from a2sql import AsyncStore, NewEvent
-from a2sql.core.plans import Plan
 from a2sql.execution.running import is_contended
 from a2sql.execution.settling import Settling
-from a2sql.execution.threads import ThreadRunner
 from bench.round_trips import round_trips
 from tests.conftest import with_server_option
 from tests.holding import DEADLINE_S, ticking, wait_until_blocked_by
 from tests.statement_gate import checked_out, connections_back
 
 
-@pytest.fixture
-def handed_off(monkeypatch: pytest.MonkeyPatch) -> list[Plan[Any]]:
-    """Every call an AsyncStore hands to its sync path's thread, as it is run."""
-    handed: list[Plan[Any]] = []
-    run = ThreadRunner.run
-
-    async def recording(self: ThreadRunner, ctx: Any, call: Plan[Any]) -> Any:
-        handed.append(call)
-        return await run(self, ctx, call)
-
-    monkeypatch.setattr(ThreadRunner, "run", recording)
-    return handed
-
-
 class Trace:
-    """libpq's trace of the connection the store keeps for its next call from the loop."""
+    """libpq's trace of the connection the store keeps for its next call from the loop.
+
+    Whether a call went from the loop is read here, in round trips: a call the store
+    hands to its sync path's thread sends nothing on this connection."""
 
     def __init__(self, store: AsyncStore) -> None:
         on_loop = store._on_loop
         assert on_loop is not None and on_loop.idle == 1
         self._file = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by ``read``)
-        self._pgconn = on_loop._idle[0][0].driver.pgconn
+        driver = on_loop._idle[0][0].driver
+        self.backend_pid: int = driver.info.backend_pid
+        self._pgconn = driver.pgconn
         self._pgconn.trace(self._file.fileno())
 
     def read(self) -> str:
@@ -61,11 +50,11 @@ def run(scenario: Any) -> Any:
 
 
 def test_the_hot_writes_go_from_the_loop_in_one_round_trip_each(
-    postgres_url: str, handed_off: list[Plan[Any]]
+    postgres_url: str,
 ) -> None:
-    """append, claim_available, complete_attempt and fail_attempt: none handed to a thread,
-    each one round trip on the connection kept from the asyncio engine's pool; a read is
-    handed to the thread, as before."""
+    """append, claim_available, complete_attempt and fail_attempt: each one round trip on
+    the connection kept from the asyncio engine's pool; a read is handed to the thread,
+    as before, and sends nothing on it."""
 
     async def scenario() -> list[int]:
         async with a2sql.create_async_store(postgres_url, migrate=True) as store:
@@ -89,16 +78,16 @@ def test_the_hot_writes_go_from_the_loop_in_one_round_trip_each(
                     )
                     assert failed.outcome == "failed"
                 trips.append(round_trips(trace.read()))
-            assert handed_off == []
+            trace = Trace(store)
             assert [e.index for e in await store.read("s")] == [1, 2, 3, 4]
-            assert len(handed_off) == 1
+            trips.append(round_trips(trace.read()))
             return trips
 
-    assert run(scenario) == [1, 1, 1, 1]
+    assert run(scenario) == [1, 1, 1, 1, 0]
 
 
 def test_a_claim_from_the_loop_that_finds_nothing_free_is_one_round_trip(
-    postgres_url: str, handed_off: list[Plan[Any]]
+    postgres_url: str,
 ) -> None:
     """Busy, then settled: the claim's own statement answers, in the one round trip."""
 
@@ -115,7 +104,6 @@ def test_a_claim_from_the_loop_that_finds_nothing_free_is_one_round_trip(
                 answers.append((claim.outcome, round_trips(trace.read())))
                 if step == 0:
                     assert claim.retry_at == claimed.events[0].claim_expires_at
-            assert handed_off == []
             return answers
 
     assert run(scenario) == [("busy", 1), ("settled", 1)]
@@ -146,7 +134,7 @@ def test_a_call_from_the_loop_begins_read_committed_unless_that_is_the_default(
 
 
 def test_a_call_from_the_loop_cancelled_on_the_server_raises_cancelled_and_wrote_nothing(
-    postgres_url: str, holder: Connection, handed_off: list[Plan[Any]]
+    postgres_url: str, holder: Connection
 ) -> None:
     """An append sent whole waits on a row lock (another transaction inserted its event id,
     uncommitted); its caller is cancelled: the server cancels the statement, the caller
@@ -170,15 +158,15 @@ def test_a_call_from_the_loop_cancelled_on_the_server_raises_cancelled_and_wrote
             call = asyncio.create_task(store.append("s", [NewEvent("t", 1, id="e1")]))
             try:
                 async with ticking() as ticks:
-                    await wait_until_blocked_by(holder)
+                    blocked = await wait_until_blocked_by(holder)
                     await asyncio.sleep(0.2)
                 assert ticks.count >= 10, "the loop froze while the call waited"
+                assert blocked == [kept], "the call waited on another connection than the loop's"
                 call.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await asyncio.wait_for(call, DEADLINE_S)
             finally:
                 holder.rollback()
-            assert handed_off == []
             assert [e.id for e in await store.read("s")] == ["e0"]
             await connections_back(store, before)
             assert [held.driver.info.backend_pid for held, _ in on_loop._idle] == [kept]
@@ -189,11 +177,12 @@ def test_a_call_from_the_loop_cancelled_on_the_server_raises_cancelled_and_wrote
 
 
 def test_a_call_from_the_loop_finding_its_session_locked_waits_in_a_thread(
-    postgres_url: str, handed_off: list[Plan[Any]]
+    postgres_url: str,
 ) -> None:
-    """Another transaction holds the session: the append sent whole writes nothing, waits
-    for the lock in the sync path's thread, then appends; the session is remembered as
-    contended, so its next call goes to the thread at once."""
+    """Another transaction holds the session: the append sent whole from the loop writes
+    nothing in its one round trip, and waits for the lock on another connection (the sync
+    path's thread) while the loop runs on; then it appends. The session is remembered as
+    contended, so its next call goes to the thread at once: nothing on the loop's."""
     holder_store = a2sql.create_store(postgres_url, migrate=True)
 
     async def scenario() -> None:
@@ -201,21 +190,49 @@ def test_a_call_from_the_loop_finding_its_session_locked_waits_in_a_thread(
             await store.append("s", [NewEvent("t", 0, id="e0")])
             with holder_store.begin() as connection:
                 holder_store.using(connection).append("s", [NewEvent("t", id="held")])
+                trace = Trace(store)
+                kept = trace.backend_pid
                 call = asyncio.create_task(store.append("s", [NewEvent("t", 1, id="e1")]))
-                await asyncio.sleep(0.3)
+                async with ticking() as ticks:
+                    waiting = await waiting_for_a_session_lock(postgres_url)
+                    await asyncio.sleep(0.2)
+                assert ticks.count >= 10, "the loop froze while the call waited"
                 assert not call.done()
-                assert len(handed_off) == 1
+                assert waiting and kept not in waiting
+                assert round_trips(trace.read()) == 1
             result = await asyncio.wait_for(call, DEADLINE_S)
             assert [e.index for e in result.events] == [3]
             assert is_contended(store._ctx, "s")
+            trace = Trace(store)
             await store.append("s", [NewEvent("t", 2, id="e2")])
-            assert len(handed_off) == 2
+            assert round_trips(trace.read()) == 0
             assert [e.id for e in await store.read("s")] == ["e0", "held", "e1", "e2"]
 
     try:
         run(scenario)
     finally:
         holder_store.close()
+
+
+async def waiting_for_a_session_lock(url: str) -> list[int]:
+    """The process ids of the backends waiting for a session's lock (an advisory lock),
+    once there is one."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as probe:
+            for _ in range(int(DEADLINE_S / 0.02)):
+                waiting: list[int] = list(
+                    probe.execute(
+                        text("select pid from pg_locks where locktype = 'advisory' and not granted")
+                    ).scalars()
+                )
+                probe.rollback()
+                if waiting:
+                    return waiting
+                await asyncio.sleep(0.02)
+    finally:
+        engine.dispose()
+    raise AssertionError("the call never waited for the session's lock")
 
 
 async def two_appends(store: AsyncStore) -> list[str]:
