@@ -93,8 +93,10 @@ UNPREPARED = False
 # ``raw``: a sync store's transactions go through SQLAlchemy's Connection, not
 # the driver's cursor (a no-op listener on the engine it runs them on);
 # ``on-loop``: an AsyncStore hands its hot writes to its threads instead of
-# sending them from the event loop (PostgreSQL).
-PIECES = ("one-statement", "raw", "on-loop")
+# sending them from the event loop (PostgreSQL); ``kept``: a sync store keeps
+# no connection between its transactions, each checked out of the pool and
+# back (a2sql.execution.transactions).
+PIECES = ("one-statement", "raw", "on-loop", "kept")
 WITHOUT: frozenset[str] = frozenset()
 
 
@@ -128,8 +130,11 @@ def take_pieces_off(store: Any) -> None:
             store._on_loop = None
         if "raw" in WITHOUT and store._sync_path is not None:
             observe(store._sync_path.engine)
-    elif "raw" in WITHOUT:
-        observe(store.engine)
+    else:
+        if "raw" in WITHOUT:
+            observe(store.engine)
+        if "kept" in WITHOUT:
+            store._pooled._keep_idle = 0
 
 
 def _never_prepare(engine: Any) -> None:

@@ -23,8 +23,8 @@ from typing import Any
 
 # Workload, API, ops per round, the pieces it can go without.
 RUNS: tuple[tuple[str, str, int, tuple[str, ...]], ...] = (
-    ("cycle", "sync", 200, ("one-statement", "raw", "prepared")),
-    ("append", "sync", 400, ("one-statement", "raw", "prepared")),
+    ("cycle", "sync", 200, ("one-statement", "raw", "kept", "prepared")),
+    ("append", "sync", 400, ("one-statement", "raw", "kept", "prepared")),
     # tasks runs both APIs itself: the figure is its 8 AsyncStore tasks'.
     ("tasks", "sync", 400, ("on-loop", "one-statement")),
 )
