@@ -55,6 +55,10 @@ def test_every_command_as_a_process(populated: tuple[Store, str], tmp_path: Path
     assert run_a2sql("copy", url, copy_url, "--json").json()["copied"] == 2  # order-1, demo
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_tail_follows_until_ctrl_c(populated: tuple[Store, str]) -> None:
     """tail ID --from N --json: the events after N, then new ones live; Ctrl-C ends it, 0."""
     store, url = populated
@@ -64,6 +68,10 @@ def test_tail_follows_until_ctrl_c(populated: tuple[Store, str]) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # As a terminal's foreground job: Ctrl-C's default disposition, even when
+        # pytest runs as a background job of a shell, whose SIGINT is ignored and
+        # would be inherited (a command ignores what its shell told it to).
+        preexec_fn=_ctrl_c_as_in_a_terminal,
     )
     try:
         assert process.stdout is not None
