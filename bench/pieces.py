@@ -9,7 +9,7 @@ trips per op. Workloads: ``cycle``
 and ``append`` on ``Store``; ``tasks``: its 8 ``AsyncStore`` tasks' cycles/s.
 
     python -m bench.pieces [--rtts direct,0.25,1] [--repeat 3] [--rounds 3]
-        [--workloads cycle,append,tasks]
+        [--workloads cycle,append,tasks] [--pieces kept,raw]
 """
 
 from __future__ import annotations
@@ -60,13 +60,18 @@ def main() -> None:
     parser.add_argument(
         "--workloads", default="cycle,append,tasks", help="which of cycle, append, tasks"
     )
+    parser.add_argument(
+        "--pieces", default=None, help="which pieces to turn off (default: each a workload has)"
+    )
     args = parser.parse_args()
+    chosen = None if args.pieces is None else set(args.pieces.split(","))
     print("| RTT | workload | every piece on | " + "piece off: ops/s, against all on |")
     print("|---|---|---|---|")
     for rtt in args.rtts.split(","):
         for workload, api, ops, pieces in RUNS:
             if workload not in args.workloads.split(","):
                 continue
+            pieces = tuple(p for p in pieces if chosen is None or p in chosen)
             variants: list[str | None] = [None, *pieces]
             samples: dict[str | None, list[float]] = {v: [] for v in variants}
             trips: dict[str | None, float | None] = {}

@@ -82,21 +82,22 @@ def contents(store: Store, prefix: str = "") -> dict[str, tuple[list[StoredEvent
 def test_sqlite_to_postgres_to_sqlite_is_identical(
     cli: Cli, tmp_path: Path, postgres_url: str
 ) -> None:
-    """copy: 1,000 sessions, 50,000 events in lanes, claimed, failed, dead-lettered, with
-    snapshots: the same read() and snapshots after two copies."""
+    """copy: 1,001 sessions (more than a page of the source's list) of 10 events or more, in
+    lanes, claimed, failed, dead-lettered, with snapshots: the same read() and snapshots
+    after two copies."""
     first, last = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
     with a2sql.create_store(first) as source:
-        build(source, 1000, 50)
+        build(source, 1001, 10)
         expected = contents(source)
     for url in (postgres_url, last):
         a2sql.create_store(url, migrate=True).close()
     to_postgres = cli("copy", first, postgres_url, "--json").json()
     assert (to_postgres["copied"], to_postgres["events"]) == (
-        1000,
+        1001,
         sum(len(events) for events, _ in expected.values()),
     )
-    assert to_postgres["snapshots"] == 250
-    assert cli("copy", postgres_url, last, "--json").json()["copied"] == 1000
+    assert to_postgres["snapshots"] == 251
+    assert cli("copy", postgres_url, last, "--json").json()["copied"] == 1001
     for url in (postgres_url, last):
         with a2sql.create_store(url) as copy:
             assert contents(copy) == expected, url

@@ -19,14 +19,15 @@ from tests.torture.conftest import assert_clean
 def test_cancelled_calls_commit_nothing_and_returned_ones_everything(
     torture_target: Target, seed: int
 ) -> None:
-    """Every call's outcome matches the database: no anomaly. Two thousand cancellations
-    (a few seconds; at most thirty on a slow machine), landed both before the commit
+    """Every call's outcome matches the database: no anomaly. A thousand cancellations
+    (a few seconds; at most thirty on a slow machine; ``python -m bench.torture
+    --scenario cancels`` runs as many as asked), landed both before the commit
     (CancelledError) and after it (the result returned)."""
-    config = CancelsConfig(target=torture_target, tasks=16, duration=30.0, seed=seed, cancels=2000)
+    config = CancelsConfig(target=torture_target, tasks=16, duration=30.0, seed=seed, cancels=1000)
     report = run_cancels(config)
     assert_clean(report)
     figures = report.figures
-    assert figures["cancels"] >= 2000 or report.seconds >= config.duration, figures
+    assert figures["cancels"] >= 1000 or report.seconds >= config.duration, figures
     assert figures["cancelled"] > 0 and figures["returned_though_cancelled"] > 0, figures
     # Both ways: the calls sent from the loop, and those handed to a thread.
     for op in ("append", "complete", "complete_many", "append_held"):

@@ -20,14 +20,14 @@ from tests.torture.conftest import assert_clean
 def test_killed_workers_lose_no_event_and_process_none_twice(
     torture_target: Target, seed: int, tmp_path: Path
 ) -> None:
-    """Exactly-once completion survives SIGKILL of random workers about every 0.7 s."""
+    """Exactly-once completion survives SIGKILL of random workers about every 0.5 s."""
     report = run_workers(
         WorkersConfig(
             target=torture_target,
             workers=4 if torture_target.engine == "sqlite" else 8,
-            duration=12,
+            duration=8,
             seed=seed,
-            kill_every=0.7,
+            kill_every=0.5,
             drain_timeout=30,
             log_dir=str(tmp_path / "logs"),
         )
@@ -46,9 +46,9 @@ def test_killed_async_workers_lose_no_event_and_process_none_twice(
         WorkersConfig(
             target=torture_target,
             workers=4,
-            duration=8,
+            duration=6,
             seed=seed,
-            kill_every=0.7,
+            kill_every=0.5,
             drain_timeout=30,
             log_dir=str(tmp_path / "logs"),
             api="async",
@@ -66,7 +66,7 @@ def test_sqlite_file_is_intact_and_its_wal_recovered_after_kills(seed: int, tmp_
         WorkersConfig(
             target=target,
             workers=4,
-            duration=8,
+            duration=6,
             seed=seed,
             kill_every=0.3,
             ttl_ms=100,

@@ -219,7 +219,7 @@ def test_workers_survive_terminated_backends_and_a_server_restart(
             WorkersConfig(
                 target=target,
                 workers=8,
-                duration=16,
+                duration=12,
                 seed=seed,
                 terminate_every=0.4,
                 restart_server=server.restart,

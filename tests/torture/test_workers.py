@@ -36,7 +36,7 @@ def test_workers_complete_every_event_exactly_once_with_one_child_from_the_curre
         WorkersConfig(
             target=torture_target,
             workers=_workers(torture_target),
-            duration=10,
+            duration=8,
             seed=seed,
             drain_timeout=30,
             log_dir=str(tmp_path / "logs"),
