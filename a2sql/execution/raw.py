@@ -229,8 +229,14 @@ class Prepared:
         return out
 
 
-# Statements are module-level constants that live as long as the process:
-# compiled once per driver, keyed by id().
+# a2sql's statements are built once (module-level constants, or built by functions
+# that cache what they build) and live as long as the process: each is compiled once
+# per driver, keyed by id(). An entry holds its statement (the compiled form refers
+# to it), so no other statement can take that id while the entry lives. A statement
+# built for each call would add an entry each time: past MAX_PREPARED entries (the
+# whole contract, on both engines, makes about 130) the cache starts afresh rather
+# than grow without end.
+MAX_PREPARED = 1_000
 _prepared: dict[tuple[str, int], Prepared] = {}
 
 
@@ -239,6 +245,8 @@ def prepared(statement: Executable, dialect: Dialect) -> Prepared:
     key = (dialect.driver, id(statement))
     found = _prepared.get(key)
     if found is None:
+        if len(_prepared) >= MAX_PREPARED:
+            _prepared.clear()
         found = _prepared[key] = Prepared(statement, dialect)
     return found
 
