@@ -117,6 +117,53 @@ def test_processes_through_a_transaction_pooler_never_fail(
         assert store.inspect.totals().events == PROCESSES * CYCLES * 2
 
 
+def test_the_applications_statements_on_a_stores_connections_never_prepare_behind_it(
+    database: Pooled,
+) -> None:
+    """A store opened from the pooled URL: the application's own statements on the store's
+    connections (``store.begin()``, as a transactional handler writes its own table) run
+    past psycopg's threshold from six threads at once, over PgBouncer's two server
+    connections, and none fails; the store's connections prepare nothing, those of a
+    store opened direct do. Before a2sql decided it per connection as it opens, such
+    statements failed at random (``prepared statement "_pg3_0" does not exist``,
+    ``already exists``)."""
+    errors: list[str] = []
+    thresholds: set[int | None] = set()
+    with a2sql.create_store(database.pooled, migrate=False) as store:
+        with store.begin() as connection:
+            connection.execute(text("create table app_usage (event text primary key)"))
+
+        def write(worker: int) -> None:
+            for n in range(40):
+                try:
+                    with store.begin() as connection:
+                        connection.execute(
+                            text("insert into app_usage (event) values (:event)"),
+                            {"event": f"{worker}/{n}"},
+                        )
+                        connection.execute(
+                            text("select count(*) from app_usage where event >= :worker"),
+                            {"worker": f"{worker}/"},
+                        ).scalar_one()
+                        driver = connection.connection.driver_connection
+                        thresholds.add(driver.prepare_threshold)  # type: ignore[union-attr]
+                except Exception as error:  # what the application would meet
+                    errors.append(f"{type(error).__name__}: {error}")
+
+        threads = [threading.Thread(target=write, args=(k,)) for k in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        with store.begin() as connection:
+            written = connection.execute(text("select count(*) from app_usage")).scalar_one()
+    assert errors == [], f"{len(errors)} of 240 transactions failed: {errors[:3]}"
+    assert written == 240
+    assert thresholds == {None}
+    with a2sql.create_store(database.direct, migrate=False) as store, store.begin() as connection:
+        assert connection.connection.driver_connection.prepare_threshold == 5  # type: ignore[union-attr]
+
+
 def test_an_application_engine_keeps_its_own_preparation(database: Pooled) -> None:
     """Behind the pooler a2sql turns server-side preparation off for its own statements
     only: the application's connection keeps its setting, and a2sql's calls on it

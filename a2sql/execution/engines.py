@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from a2sql.backends import backend_of
 from a2sql.core.errors import A2Error, invalid
 from a2sql.core.urls import shown_url, shown_url_text
+from a2sql.execution.pooler import decide_at_connect
 
 ENV_URL = "A2SQL_DATABASE_URL"
 DEFAULT_URL = "sqlite:///.a2/dev.db"
@@ -61,9 +62,11 @@ def _driver_missing(url: URL, error: ImportError) -> A2Error:
 def build_engine(url: URL) -> Engine:
     """A new engine for ``url``, configured for a2sql."""
     try:
-        return create_engine(url, **backend_of(url).engine_arguments(url))
+        engine = create_engine(url, **backend_of(url).engine_arguments(url))
     except ImportError as error:
         raise _driver_missing(url, error) from None
+    decide_at_connect(engine)
+    return engine
 
 
 def async_url(url: URL) -> URL:
@@ -75,6 +78,8 @@ def build_async_engine(url: URL) -> AsyncEngine:
     """A new asyncio engine for ``url``, configured for a2sql."""
     url = async_url(url)
     try:
-        return create_async_engine(url, **backend_of(url).engine_arguments(url))
+        engine = create_async_engine(url, **backend_of(url).engine_arguments(url))
     except ImportError as error:
         raise _driver_missing(url, error) from None
+    decide_at_connect(engine.sync_engine)
+    return engine

@@ -12,11 +12,14 @@ taken, or another client's statement, run with this client's parameters.
 a2sql tells the two apart once per connection. On a direct connection the
 server process id announced at connection time (the key a cancel request is
 sent with) is the server process's own, ``pg_backend_pid()``; a pooler
-answers the connection itself and announces a key of its own. Behind a
-pooler, a2sql turns preparation off for its own statements and puts the
-connection's setting back after; an engine created with
-``connect_args={"prepare_threshold": None}`` never prepares at all, the
-setting for a pooler that passes the server's key on.
+answers the connection itself and announces a key of its own. On an engine
+a2sql creates, a connection behind a pooler never prepares, from the moment
+it opens (``decide_at_connect``). On an engine the application passes in,
+a2sql turns preparation off for its own statements only and puts the
+connection's setting back after. An engine created with
+``connect_args={"prepare_threshold": None}`` never prepares at all: the
+setting for an application's own engine behind a pooler, and for a pooler
+that passes the server's key on.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine, event
+from sqlalchemy.pool import ConnectionPoolEntry
 
 # psycopg's threshold of a connection that never prepares statements.
 UNPREPARED = None
@@ -40,6 +44,35 @@ def answered_by_pooler(backend_pid: int, driver: Any) -> bool:
     """Whether the server process id a connection's server gave (``pg_backend_pid()``) is
     not the one psycopg's ``driver`` was announced at connection time: a pooler's."""
     return bool(backend_pid != driver.info.backend_pid)
+
+
+def decide_at_connect(engine: Engine) -> None:
+    """On an engine a2sql creates: each connection asks once, as it opens, whether it goes
+    through a pooler, and there never prepares a statement, whoever runs it: a2sql, or
+    the application on the store's connection (``store.begin()``, a transactional
+    handler's own writes). On an engine the application passes in, a2sql leaves the
+    setting alone (and turns preparation off around its own statements only:
+    ``unprepared_behind_pooler``).
+
+    A pool event, which leaves the engine unobserved (a2sql.execution.raw.observed);
+    on a driver that never prepares (SQLite) it asks nothing."""
+
+    def connect(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+        driver: Any = record.driver_connection
+        if getattr(driver, "prepare_threshold", UNPREPARED) is UNPREPARED:
+            return
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("SELECT pg_backend_pid()")
+            backend_pid = cursor.fetchone()[0]
+        finally:
+            cursor.close()
+        dbapi_connection.rollback()  # the SELECT began a transaction
+        behind = record.info[_BEHIND_POOLER] = answered_by_pooler(backend_pid, driver)
+        if behind:
+            driver.prepare_threshold = UNPREPARED
+
+    event.listen(engine, "connect", connect)
 
 
 def implicit_at(default_isolation: str) -> bool:
