@@ -58,19 +58,17 @@ def decide_at_connect(engine: Engine) -> None:
     on a driver that never prepares (SQLite) it asks nothing."""
 
     def connect(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
-        driver: Any = record.driver_connection
-        if getattr(driver, "prepare_threshold", UNPREPARED) is UNPREPARED:
-            return
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute("SELECT pg_backend_pid()")
-            backend_pid = cursor.fetchone()[0]
-        finally:
-            cursor.close()
-        dbapi_connection.rollback()  # the SELECT began a transaction
-        behind = record.info[_BEHIND_POOLER] = answered_by_pooler(backend_pid, driver)
-        if behind:
-            driver.prepare_threshold = UNPREPARED
+        def scalar(sql: str) -> Any:
+            cursor = dbapi_connection.cursor()
+            try:
+                cursor.execute(sql)
+                return cursor.fetchone()[0]
+            finally:
+                cursor.close()
+                dbapi_connection.rollback()  # the SELECT began a transaction
+
+        # Never restored: the connection is the engine's, a2sql's own.
+        unprepare(record.info, record.driver_connection, scalar)
 
     event.listen(engine, "connect", connect)
 
