@@ -38,20 +38,42 @@ async def wait_until_blocked_by(holder: Connection) -> list[int]:
     raise AssertionError("the call never blocked on the held lock")
 
 
+# The backends waiting for a lock of a type (a session's lock: advisory).
+_AWAITING = text("select pid from pg_locks where locktype = :type and not granted")
+
+
+def _awaiting(probe: Connection, locktype: str) -> list[int]:
+    """Each look in a transaction of its own (pg_locks is a snapshot per transaction)."""
+    pids = list(probe.execute(_AWAITING, {"type": locktype}).scalars())
+    probe.rollback()
+    return pids
+
+
 def wait_until_a_lock_is_awaited(url: str, locktype: str = "advisory") -> None:
     """Until a backend waits for a lock of ``locktype`` (a session's lock: advisory)."""
     engine = create_engine(url)
     try:
         with engine.connect() as probe:
             for _ in range(500):
-                waiting = probe.execute(
-                    text("select count(*) from pg_locks where locktype = :type and not granted"),
-                    {"type": locktype},
-                ).scalar_one()
-                probe.rollback()
-                if waiting:
+                if _awaiting(probe, locktype):
                     return
                 time.sleep(0.01)
+    finally:
+        engine.dispose()
+    raise AssertionError("the call never waited for the session's lock")
+
+
+async def a_lock_awaited(url: str, locktype: str = "advisory") -> list[int]:
+    """``wait_until_a_lock_is_awaited`` that lets the event loop run meanwhile; the
+    process ids of the backends waiting."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as probe:
+            for _ in range(int(DEADLINE_S / 0.02)):
+                waiting = _awaiting(probe, locktype)
+                if waiting:
+                    return waiting
+                await asyncio.sleep(0.02)
     finally:
         engine.dispose()
     raise AssertionError("the call never waited for the session's lock")

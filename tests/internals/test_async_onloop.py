@@ -10,7 +10,7 @@ import tempfile
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, create_engine, text
+from sqlalchemy import Connection, text
 
 import a2sql
 from a2sql import AsyncStore, NewEvent
@@ -18,7 +18,7 @@ from a2sql.execution.running import is_contended
 from a2sql.execution.settling import Settling
 from bench.round_trips import round_trips
 from tests.conftest import with_server_option
-from tests.holding import DEADLINE_S, ticking, wait_until_blocked_by
+from tests.holding import DEADLINE_S, a_lock_awaited, ticking, wait_until_blocked_by
 from tests.statement_gate import checked_out, connections_back
 
 
@@ -194,7 +194,7 @@ def test_a_call_from_the_loop_finding_its_session_locked_waits_in_a_thread(
                 kept = trace.backend_pid
                 call = asyncio.create_task(store.append("s", [NewEvent("t", 1, id="e1")]))
                 async with ticking() as ticks:
-                    waiting = await waiting_for_a_session_lock(postgres_url)
+                    waiting = await a_lock_awaited(postgres_url)
                     await asyncio.sleep(0.2)
                 assert ticks.count >= 10, "the loop froze while the call waited"
                 assert not call.done()
@@ -212,27 +212,6 @@ def test_a_call_from_the_loop_finding_its_session_locked_waits_in_a_thread(
         run(scenario)
     finally:
         holder_store.close()
-
-
-async def waiting_for_a_session_lock(url: str) -> list[int]:
-    """The process ids of the backends waiting for a session's lock (an advisory lock),
-    once there is one."""
-    engine = create_engine(url)
-    try:
-        with engine.connect() as probe:
-            for _ in range(int(DEADLINE_S / 0.02)):
-                waiting: list[int] = list(
-                    probe.execute(
-                        text("select pid from pg_locks where locktype = 'advisory' and not granted")
-                    ).scalars()
-                )
-                probe.rollback()
-                if waiting:
-                    return waiting
-                await asyncio.sleep(0.02)
-    finally:
-        engine.dispose()
-    raise AssertionError("the call never waited for the session's lock")
 
 
 async def two_appends(store: AsyncStore) -> list[str]:
