@@ -170,42 +170,30 @@ def test_a_call_sent_whole_begins_read_committed_unless_that_is_the_default(
         assert begun == ["BEGIN ISOLATION LEVEL READ COMMITTED", "COMMIT"]
 
 
-def test_a_session_whose_lock_was_held_goes_the_way_after_the_lock_for_a_while(
+def test_a_call_finding_its_sessions_lock_held_waits_for_it_in_its_one_round_trip(
     migrated_postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A call sent whole that finds the session's lock held costs a round trip more than
-    waiting for the lock at once: the session's next calls wait at once, for
-    ``CONTENDED_S``, then try again."""
-    monkeypatch.setattr(a2sql.execution.running, "CONTENDED_S", 0.5)
-
-    def tried() -> list[bool]:
-        """For each lock statement sent since the last call: whether it only tried."""
-        locks = [sql for sql, _ in sent if "advisory_xact_lock" in sql]
-        sent.clear()
-        return ["pg_try_advisory_xact_lock" in sql for sql in locks]
-
+    """The lock statement sent whole with the call waits for the lock (no try, no second
+    attempt): a call that finds the session held is the same one pipeline, answered
+    once the holder is done."""
     engine, sent = recording_engine(migrated_postgres_url, monkeypatch)
     try:
         with a2sql.create_store(engine, migrate=False) as store:
             store.append("s", [NewEvent("t", 0)])
-            assert tried() == [True]
             held, done = threading.Event(), threading.Event()
             holder = threading.Thread(
                 target=_hold_session_lock, args=(migrated_postgres_url, "s", held, done)
             )
             holder.start()
             assert held.wait(10)
+            sent.clear()
             threading.Timer(0.2, done.set).start()
             store.append("s", [NewEvent("t", 1)])  # waits for the holder
             holder.join()
-            assert tried() == [True, False]
-            store.append("s", [NewEvent("t", 2)])
-            store.append("other", [NewEvent("t", 2)])
-            assert tried() == [False, True]
-            time.sleep(0.6)
-            store.append("s", [NewEvent("t", 3)])
-            assert tried() == [True]
-            assert [e.index for e in store.read("s")] == [1, 2, 3, 4]
+            locks = [sql for sql, _ in sent if "advisory_xact_lock" in sql]
+            assert len(locks) == 1 and "pg_advisory_xact_lock" in locks[0]
+            assert all(pipelined for _, pipelined in sent)
+            assert [e.index for e in store.read("s")] == [1, 2]
     finally:
         engine.dispose()
 
@@ -268,7 +256,7 @@ def test_a_call_sent_with_its_lock_holds_nothing_while_its_client_is_frozen(
 ) -> None:
     """A call whose common case is one round trip reads the clock before it sends its
     transaction whole: frozen there, it holds no lock, and writes after the writer that
-    went ahead, with a later time."""
+    went ahead, with no earlier time."""
     frozen = a2sql.create_store(migrated_postgres_url, migrate=False, clock=_FreezingClock(1.5))
     outcome: list[a2sql.AppendResult] = []
     thread = threading.Thread(
@@ -393,11 +381,10 @@ def fail_after_its_claim(store: a2sql.Store, rival: a2sql.Store) -> datetime | N
 def test_a_write_whose_clock_was_read_before_a_rival_wrote_carries_a_later_time(
     migrated_postgres_url: str, race: str
 ) -> None:
-    """A call whose common case is one round trip reads the clock before it tries the
-    session's lock. A rival that writes the session in between, with a later time, makes
-    its statement write nothing (a2sql.backends.postgresql.one_statement): the call then runs after
-    the lock,
-    the clock read anew, and no time it writes comes before the rival's."""
+    """A call whose common case is one round trip reads the clock before it sends the
+    session's lock and its statement. A rival that writes the session in between, with a
+    later time: the time the call records is the rival's, never an earlier one
+    (a2sql.sql.times), and it reads the clock once."""
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     clock = _RacingClock(t0, later=t0 + timedelta(seconds=10))
     with (
@@ -407,7 +394,7 @@ def test_a_write_whose_clock_was_read_before_a_rival_wrote_carries_a_later_time(
         ) as rival,
     ):
         store.delete_session("s")
-        assert RACES[race](store, rival) == t0 + timedelta(seconds=10)
+        assert RACES[race](store, rival) == t0 + timedelta(seconds=5)
 
 
 def _failed_at(store: a2sql.Store) -> datetime | None:
@@ -416,17 +403,20 @@ def _failed_at(store: a2sql.Store) -> datetime | None:
 
 
 @pytest.mark.parametrize("call", ["append", "claim_available", "complete_attempt", "fail_attempt"])
-def test_a_write_that_waited_for_the_session_lock_carries_the_time_after_it(
+def test_a_write_that_waited_for_the_session_lock_carries_no_time_before_its_holders(
     migrated_postgres_url: str, call: str
 ) -> None:
-    """The clock is read once the session's lock is granted, also where a call's common
-    case goes in one pipeline (a2sql.backends.postgresql.one_statement): a write that waited for
-    another writer
-    never carries a time before that writer's. (Read when the call was sent, the torture
-    runs' lane check saw a claim stamped before its lane's previous event was done.)"""
+    """A call's common case goes in one pipeline with the clock read before the lock
+    (a2sql.backends.postgresql.one_statement): a write that waited for another writer,
+    whose clock is ahead, carries that writer's time, never an earlier one. (Before the
+    rule, the torture runs' lane check saw a claim stamped before its lane's previous
+    event was done.)"""
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    clock = FakeClock(t0)
-    with a2sql.create_store(migrated_postgres_url, migrate=False, clock=clock) as store:
+    ahead = t0 + timedelta(seconds=5)
+    with (
+        a2sql.create_store(migrated_postgres_url, migrate=False, clock=FakeClock(t0)) as store,
+        a2sql.create_store(migrated_postgres_url, migrate=False, clock=FakeClock(ahead)) as other,
+    ):
         store.append("s", [NewEvent("t", 1)])
         if call in ("complete_attempt", "fail_attempt"):
             store.claim_available("s", holder="w", ttl_ms=60_000)
@@ -442,23 +432,15 @@ def test_a_write_that_waited_for_the_session_lock_carries_the_time_after_it(
             ),
             "fail_attempt": lambda: _failed_at(store),
         }
-        held, done = threading.Event(), threading.Event()
-        holder = threading.Thread(
-            target=_hold_session_lock, args=(migrated_postgres_url, "s", held, done)
-        )
-        holder.start()
         stamped: list[datetime | None] = []
-        try:
-            assert held.wait(10)
+        with other.begin() as connection:
+            # The holder writes the session at its time, and holds its lock until it commits.
+            other.using(connection).append("s", [NewEvent("held")])
             writer = threading.Thread(target=lambda: stamped.append(calls[call]()))
             writer.start()
             wait_until_a_lock_is_awaited(migrated_postgres_url)
-            later = clock.advance(seconds=5)
-        finally:
-            done.set()
-            holder.join()
         writer.join(10)
-        assert stamped == [later]
+        assert stamped == [ahead]
 
 
 def _lose_a_race_for(store: a2sql.Store, rival: a2sql.Store, event_id: str, url: str) -> None:

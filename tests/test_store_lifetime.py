@@ -111,9 +111,9 @@ def test_an_async_store_closed_with_calls_in_flight_leaves_no_connection(
     postgres_url: str, observed: bool
 ) -> None:
     """Stores closed while a dozen of their calls are in flight, each way they run: appends
-    sent from the loop, reads handed to threads, appends waiting in threads for a session
-    another transaction holds until after the close (or, with a listener on the engine,
-    each on the asyncio engine). The garbage collector is off: once the calls have ended,
+    sent from the loop, reads handed to threads, appends sent from the loop waiting for a
+    session another transaction holds until after the close (or, with a listener on the
+    engine, each on the asyncio engine). The garbage collector is off: once the calls have ended,
     no connection of the stores is left on the server, and none for the collector to find
     (ResourceWarning). Each call either finished or failed with STORE_CLOSED. Before,
     each close left about ten connections open, and they piled up."""

@@ -11,7 +11,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcon
 from datetime import datetime
 from functools import partial
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -48,7 +48,6 @@ from a2sql.core.records import (
     StoredEvent,
     StoreTotals,
 )
-from a2sql.execution import running
 from a2sql.execution.connecting import opened
 from a2sql.execution.onloop import OnLoop
 from a2sql.execution.raw import observed
@@ -369,14 +368,12 @@ class AsyncStore(AsyncOperations):
         """``call`` sent whole from the loop where it can be (a2sql.execution.onloop), else, or when
         that wrote nothing, handed to the sync path's thread."""
         on_loop, ctx = self._on_loop, self._ctx
-        if on_loop is not None and on_loop.usable and running.sends_whole(ctx, call):
+        if on_loop is not None and on_loop.usable and call.one_statement is not None:
             result = await on_loop.run(ctx, call)
             if result is not None:
                 return result
-            # The session's lock was held, or the guard refused: the way after the
-            # lock, and for a while straight away (as Store's calls do).
-            running.remember_contended(ctx, cast(str, call.lock_session))
-            call = running.after_the_lock(call)
+            # Not the common case (a replay, a stale attempt): the full path.
+            call = call._replace(one_statement=None)
         return await sync_path.run(ctx, call)
 
     async def _on_asyncio_engine(self, call: Plan[T]) -> T:

@@ -34,8 +34,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from a2sql.core.errors import A2Error, invalid
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
+    from a2sql.core.arguments import Lease
     from a2sql.core.records import AppendResult, ClaimResult, CompleteResult, FailResult
     from a2sql.plans.kinds import Context, OneStatement
     from a2sql.sql.executor import Transaction
@@ -144,14 +143,6 @@ class Backend:
         a2sql.backends.postgresql.one_statement)."""
         raise NotImplementedError
 
-    def own_try_lock(
-        self, session_id: str, *, announce: bool, lock_timeout_ms: int
-    ) -> tuple[Select[Any], dict[str, Any]]:
-        """``own_lock`` that never waits: its first column says whether the lock was
-        granted (the text ``'true'``), and ``GRANTED_SETTING`` says the same to the
-        transaction's next statement. Streams are woken only if it was granted."""
-        raise NotImplementedError
-
     def announcement(self, session_id: str) -> tuple[Select[Any], dict[str, Any]]:
         """A statement that wakes other processes' streams of the session, in a
         transaction of its own sent right after one that committed with its lock
@@ -167,6 +158,12 @@ class Backend:
 
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
         """The latest of ``columns`` that are set; the first is never NULL."""
+        raise NotImplementedError
+
+    def plus_millis(
+        self, time: ColumnElement[Any], millis: ColumnElement[Any]
+    ) -> ColumnElement[Any]:
+        """``time`` plus ``millis`` milliseconds; NULL if either is."""
         raise NotImplementedError
 
     def opaque_to_planner(self, value: BindParameter[Any]) -> ColumnElement[Any]:
@@ -269,7 +266,7 @@ class Backend:
         session_id: str,
         *,
         holder: str,
-        lease: Callable[[datetime], datetime],
+        lease: Lease,
         exclude_indexes: Sequence[int],
         limit: int | None,
     ) -> Callable[[], OneStatement[ClaimResult]] | None:

@@ -136,6 +136,12 @@ class SqliteBackend(Backend):
         first, *rest = columns
         return func.max(first, *(func.coalesce(c, first) for c in rest))
 
+    def plus_millis(
+        self, time: ColumnElement[Any], millis: ColumnElement[Any]
+    ) -> ColumnElement[Any]:
+        # Times are integer epoch milliseconds.
+        return time + millis
+
     def under_prefix_by_age(
         self, statement: Select[Any], key: ColumnElement[str], lower: bool, upper: bool
     ) -> Select[Any]:

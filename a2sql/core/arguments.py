@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from a2sql.core.errors import invalid
 from a2sql.core.jsontext import encode_json
@@ -148,6 +148,21 @@ def expiry(now: datetime, ttl_ms: int, argument: str = "ttl_ms") -> datetime:
         return now + timedelta(milliseconds=ttl_ms)
     except OverflowError:
         raise invalid(argument, f"puts the expiry past the year 9999 (now is {now})") from None
+
+
+class Lease(NamedTuple):
+    """A claim's lease, checked: a length from the time the claim records (``ttl_ms``),
+    or a time given (``expires_at``); one of the two is ``None``."""
+
+    ttl_ms: int | None
+    expires_at: datetime | None
+
+    def at(self, now: datetime) -> datetime:
+        """When a claim taken at ``now`` expires."""
+        if self.expires_at is not None:
+            return self.expires_at
+        assert self.ttl_ms is not None
+        return expiry(now, self.ttl_ms)
 
 
 def short_sequence(value: object, argument: str, *, limit: int) -> Sequence[Any]:

@@ -1,8 +1,8 @@
 """An ``AsyncStore``'s hot writes on PostgreSQL, sent whole from the event loop.
 
 ``append``, ``claim_available``, ``complete_attempt`` and ``fail_attempt`` do
-their common case in one pipeline of two statements, the session's lock tried
-and the guarded statement, answered in one round trip (a2sql.execution.running,
+their common case in one pipeline of two statements, the session's lock and
+the statement, answered in one round trip (a2sql.execution.running,
 a2sql.backends.postgresql.one_statement). Handed to a thread (a2sql.execution.threads), each would
 also cost the
 hand-off there and back: on a machine where a thread switch costs tens of
@@ -10,8 +10,8 @@ microseconds that took an ``AsyncStore`` cycle to about half a ``Store``'s
 speed. So an ``AsyncStore`` opened from a URL writes that pipeline itself
 (a2sql.execution.wire, as the sync path does), on psycopg connections it keeps from its
 asyncio engine's pool (as ``Store`` keeps the sync engine's: a2sql.execution.transactions),
-and awaits its answer on the loop. The rest, and a call whose pipeline wrote
-nothing, go to the thread as before, after the lock.
+and awaits its answer on the loop. The rest, and a call whose statement wrote
+nothing, go to the thread as before.
 
 The statements are the ones the sync path sends, compiled once
 (``a2sql.execution.raw.prepared``). Where the connection's default isolation level is
@@ -22,8 +22,8 @@ transaction, otherwise between the two; behind a connection pooler
 Once sent, a call is the server's to commit or roll back, and a pipeline
 cannot be left midway: a caller cancelled meanwhile has the server cancel the
 statement and waits for its answer, which decides (``OnLoop.run``,
-a2sql.execution.settling). The statement never waits for the session's lock, only,
-rarely, for a row another transaction holds, which the cancel ends at once.
+a2sql.execution.settling). A wait for the session's lock (or, rarely, for a row
+another transaction holds) is what the cancel ends.
 """
 
 from __future__ import annotations
@@ -184,6 +184,9 @@ class OnLoop:
         # and what ``close`` waits on for them to end.
         self._running = 0
         self._drained: asyncio.Future[None] | None = None
+        # The connections of the calls sent and not yet answered: ``close`` has the
+        # server cancel their statements (a wait for a session's lock, say).
+        self._sent: set[_Held] = set()
 
     @property
     def idle(self) -> int:
@@ -191,8 +194,8 @@ class OnLoop:
         return len(self._idle)
 
     async def run(self, ctx: Context, call: Plan[T]) -> T | None:
-        """``call`` sent whole, its lock only tried: its result, or ``None`` if it wrote
-        nothing (the lock was held, or the guard refused), for the way after the lock.
+        """``call`` sent whole with its lock: its result, or ``None`` if its statement
+        wrote nothing (not the common case), for the full path.
 
         Once sent, the call is the server's to commit or roll back, and a pipeline
         cannot be left midway: a cancellation of the caller meanwhile is held back
@@ -205,9 +208,13 @@ class OnLoop:
             held = await self._take()
             if held is None:
                 return None
+            if self._closed:  # closed while a connection was awaited: nothing sent
+                self._give_back(held)
+                raise closed_store()
             settling: Settling[Any] = Settling(
                 self._whole(held, ctx, call), partial(self._interrupt, held)
             )
+            self._sent.add(held)
             try:
                 result: T | None = await settling
             except BaseException as error:
@@ -222,7 +229,11 @@ class OnLoop:
                 self._later(self._recovered(held, failed=True))
                 if settling.cancelled is not None:
                     raise settling.cancelled from None  # rolled back on the server
+                if self._closed and isinstance(error, DBAPIError):
+                    raise closed_store() from error  # cancelled by close, rolled back
                 raise
+            finally:
+                self._sent.discard(held)
             if settling.cancelled is None:
                 self._give_back(held)
                 return result
@@ -242,11 +253,11 @@ class OnLoop:
 
     async def _whole(self, held: _Held, ctx: Context, call: Plan[T]) -> T | None:
         assert call.one_statement is not None
-        lock, then = lock_statements(ctx, call, tried=True, commits=True)
-        fused = call.one_statement()  # the clock read now, before the lock
+        lock, then = lock_statements(ctx, call, commits=True)
+        fused = call.one_statement()
         with collisions([fused]):
             rows = await held.pipeline(
-                self._engine, self._dialect, lock, fused.guarded, fused.params, then
+                self._engine, self._dialect, lock, fused.statement, fused.params, then
             )
         return fused.answer(rows)
 
@@ -344,9 +355,14 @@ class OnLoop:
 
     async def close(self) -> None:
         """Give the kept connections back, and those in use once their calls end: given
-        back after the engine is disposed of, one would stay open until collected."""
+        back after the engine is disposed of, one would stay open until collected. The
+        server cancels the statements of calls still waiting (for a session's lock, say):
+        rolled back, they fail with ``STORE_CLOSED``; committed first, they succeed."""
         self._closed = True
         loop = asyncio.get_running_loop()
+        for held in self._sent:
+            if held.interrupting is None:
+                self._interrupt(held)
         while self._idle:
             held, _ = self._idle.pop()
             if held.loop is loop:

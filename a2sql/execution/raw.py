@@ -378,7 +378,6 @@ class RawTransaction:
         lock: tuple[Executable, Params],
         statement: Callable[[], tuple[Executable, Params]],
         *,
-        wait_for_lock: bool,
         commit: bool,
         then: tuple[Executable, Params] | None = None,
     ) -> list[Row]:
@@ -387,13 +386,9 @@ class RawTransaction:
         Committed, the transaction is over when this returns, and a later statement
         begins the next one. ``then`` (with ``commit``): a statement sent with the
         last of them, run after the commit in a transaction of its own, whose
-        failure is not the call's.
-
-        ``wait_for_lock``: two round trips, the statement built once the lock statement
-        has answered (it may read the clock: after the lock, as in every transaction).
-        Otherwise one: the lock statement must then not wait for the lock, only try it,
-        so that a client frozen mid-way never holds it while the server waits for the
-        rest of the transaction."""
+        failure is not the call's. One round trip: the server has the whole
+        transaction before it waits for the lock, so a client frozen mid-way never
+        holds it."""
         driver: Any = self._pooled.driver_connection
         wire = self._held.wire
         sent: list[tuple[str, Any]] = []
@@ -402,7 +397,7 @@ class RawTransaction:
         begin = self._unbegun
         # Sent whole, without BEGIN and COMMIT where the statements up to the Sync
         # make a transaction at READ COMMITTED: two statements of four.
-        implicit = begin and commit and not wait_for_lock and self._implicit
+        implicit = begin and commit and self._implicit
         self._unbegun = commit
         try:
             with wire:
@@ -412,9 +407,6 @@ class RawTransaction:
                 sql, arguments = self._prepare(lock[0]).arguments(lock[1])
                 sent.append((sql, arguments))
                 wire.add(sql, arguments)
-                if wait_for_lock:
-                    wire.sync()
-                    wire.answer()
                 built, params = statement()
                 prepared = self._prepare(built)
                 sql, arguments = prepared.arguments(params)

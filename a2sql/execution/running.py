@@ -1,19 +1,18 @@
 """How a plan runs: in a transaction of a2sql's own, or in a savepoint of the caller's.
 
 Every path runs the same body (``run_in_transaction``): the session's lock,
-then the plan. A plan with a one-statement form (a2sql.backends.postgresql.one_statement) is
-first sent whole with its lock only tried, and when that wrote nothing, again
-after the lock; a session found contended goes straight the way after the
-lock for a while.
+then the plan. A plan with a one-statement form (a2sql.backends.postgresql.one_statement)
+is sent whole where the transaction can be (``sends_whole``): BEGIN, the
+session's lock, the statement, COMMIT, in one round trip; its full path runs
+only when the statement answers ``None`` (a replay, a stale attempt, an id
+taken), in a transaction of its own.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Executable
 from sqlalchemy.exc import DBAPIError
@@ -23,7 +22,7 @@ from a2sql.execution.callers import check_connection, refusal
 from a2sql.execution.pooler import unprepared_behind_pooler
 from a2sql.execution.raw import Params
 from a2sql.plans.kinds import Context, OneStatement, Plan
-from a2sql.sql.executor import AnyRow, ConnectionExecutor, Transaction
+from a2sql.sql.executor import ConnectionExecutor, Transaction
 
 T = TypeVar("T")
 
@@ -31,10 +30,10 @@ T = TypeVar("T")
 def run_in_transaction(connection: Transaction, ctx: Context, call: Plan[T]) -> T:
     """The body of every transaction of a2sql's own, sync or async: lock the session, then
     run."""
-    if call.one_statement is not None:
-        return _fused_first(connection, ctx, call)
+    if call.one_statement is not None and connection.sends_whole:
+        return _sent_whole(connection, ctx, call)
     _lock(connection, ctx, call)
-    return call.run(connection)
+    return _run_locked(connection, call)
 
 
 def _lock(connection: Transaction, ctx: Context, call: Plan[Any]) -> None:
@@ -47,69 +46,36 @@ def _lock(connection: Transaction, ctx: Context, call: Plan[Any]) -> None:
         )
 
 
-def _fused_first(connection: Transaction, ctx: Context, call: Plan[T]) -> T:
-    """A call with a fused statement (a2sql.backends.postgresql.one_statement): first the session's
-    lock tried
-    and the guarded statement sent at once, on the direct path in one round trip (and
-    one transaction, unless the caller decides the commit). When that wrote nothing,
-    the call after the lock: its clock read anew, its fused statement, then the full
-    path if that wrote nothing either. A session found contended skips the first."""
-    commit = connection.sends_whole and not connection.commits_later
-    session = call.lock_session
-    assert session is not None
-    contended = commit and is_contended(ctx, session)
-    if not contended:
-        result = _fused(connection, ctx, call, tried=True, commit=commit)
-        if result is not None:
-            return result
-    if commit:
-        # Over, having written nothing: the call again, once the lock is granted,
-        # in two round trips.
-        again = _fused(connection, ctx, call, tried=False, commit=True)
-        if again is not None:
-            if not contended:
-                remember_contended(ctx, session)
-            return again
+def _sent_whole(connection: Transaction, ctx: Context, call: Plan[T]) -> T:
+    """A call with a fused statement (a2sql.backends.postgresql.one_statement), its lock
+    and statement sent at once: one round trip, and one transaction unless the caller
+    decides the commit. When the statement wrote nothing, the full path after the lock:
+    in the same transaction if it is still open, else in the next one."""
+    assert call.one_statement is not None
+    commit = not connection.commits_later
+    lock, then = lock_statements(ctx, call, commits=commit)
+    fuse, built = call.one_statement, list[OneStatement[T]]()
+
+    def statement() -> tuple[Executable, Mapping[str, Any]]:
+        fused = fuse()
+        built.append(fused)
+        return fused.statement, fused.params
+
+    with collisions(built):
+        rows = connection.pipeline(lock, statement, commit=commit, then=then)
+    result = built[0].answer(rows)
+    if result is not None:
+        return result
+    if commit:  # over, having written nothing
         _lock(connection, ctx, call)
-        return call.run(connection)
-    # Nothing was written, in the transaction still open: the lock (held already if
-    # it was granted: the same statements then as on the direct path).
-    _lock(connection, ctx, call)
-    return _run_locked(connection, call)
-
-
-# How long a session stays contended, and how many are remembered at most.
-CONTENDED_S = 1.0
-_MAX_CONTENDED = 1024
-
-
-def is_contended(ctx: Context, session: str) -> bool:
-    """Whether ``session``'s calls go straight the way after the lock for now."""
-    return ctx.contended.get(session, 0.0) > time.monotonic()
-
-
-def remember_contended(ctx: Context, session: str) -> None:
-    """Send ``session``'s calls the way after the lock for a while: a call sent whole that
-    finds the lock held costs a round trip more than that way, and a session contended
-    now likely is a moment later."""
-    contended = ctx.contended
-    if len(contended) >= _MAX_CONTENDED:
-        contended.clear()
-    contended[session] = time.monotonic() + CONTENDED_S
-
-
-def sends_whole(ctx: Context, call: Plan[Any]) -> bool:
-    """Whether ``call`` is sent whole first, its lock only tried (``lock_statements``) and
-    its guarded statement with it: it has a fused statement, and its session is not
-    contended."""
-    return call.one_statement is not None and not is_contended(ctx, cast(str, call.lock_session))
+    return call.run(connection)
 
 
 def lock_statements(
-    ctx: Context, call: Plan[Any], *, tried: bool, commits: bool
+    ctx: Context, call: Plan[Any], *, commits: bool
 ) -> tuple[tuple[Executable, Params], tuple[Executable, Params] | None]:
-    """The statement that takes ``call``'s session lock (``tried``: only tries it), and
-    the one that wakes streams of its session, or ``None``.
+    """The statement that takes ``call``'s session lock, and the one that wakes streams
+    of its session, or ``None``.
 
     ``commits``: the transaction is sent whole with its COMMIT, and a call that adds
     events wakes streams with the second statement, sent with it to run after the
@@ -120,51 +86,10 @@ def lock_statements(
     assert session is not None
     adds = call.added_events is not None
     then = ctx.backend.announcement(session) if adds and commits else None
-    lock = ctx.backend.own_try_lock if tried else ctx.backend.own_lock
-    return (
-        lock(session, announce=adds and not commits, lock_timeout_ms=ctx.lock_timeout_ms),
-        then,
+    lock = ctx.backend.own_lock(
+        session, announce=adds and not commits, lock_timeout_ms=ctx.lock_timeout_ms
     )
-
-
-def after_the_lock(call: Plan[T]) -> Plan[T]:
-    """``call`` without its first try: the lock, then its fused statement, then the full
-    path if that wrote nothing (for a call sent whole that wrote nothing)."""
-    return call._replace(run=partial(_run_locked, call=call), one_statement=None)
-
-
-def _fused(
-    connection: Transaction, ctx: Context, call: Plan[T], *, tried: bool, commit: bool
-) -> T | None:
-    """The call's fused statement's answer.
-    ``tried``: the lock only tried, the clock read before it and the guarded statement
-    sent with it; else the clock is read once the lock is granted (only on the direct
-    path, in a pipeline of two round trips)."""
-    assert call.one_statement is not None
-    lock, then = lock_statements(ctx, call, tried=tried, commits=commit)
-    fuse, built = call.one_statement, list[OneStatement[T]]()
-    rows: Sequence[AnyRow]
-
-    def statement() -> tuple[Executable, Mapping[str, Any]]:
-        fused = fuse()
-        built.append(fused)
-        return (fused.guarded if tried else fused.statement), fused.params
-
-    with collisions(built):
-        if connection.sends_whole:
-            if tried:  # the clock read now, before the lock
-                ready = statement()
-                rows = connection.pipeline(
-                    lock, lambda: ready, wait_for_lock=False, commit=commit, then=then
-                )
-            else:
-                rows = connection.pipeline(
-                    lock, statement, wait_for_lock=True, commit=commit, then=then
-                )
-        else:
-            connection.run(*lock)
-            rows = connection.rows(*statement())
-    return built[0].answer(rows)
+    return lock, then
 
 
 def _run_locked(connection: Transaction, call: Plan[T]) -> T:

@@ -11,7 +11,7 @@ on whichever facade and engine.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -38,14 +38,10 @@ class Context:
     limits: validate.Limits
     # How long a2sql's own transactions wait for a lock (SQLite: the busy timeout).
     lock_timeout_ms: int
-    # Sessions whose call sent whole lately wrote nothing where the call after the
-    # lock then did (another writer held the session, or went ahead): until when
-    # (time.monotonic()) their calls go straight the way after the lock.
-    contended: dict[str, float] = field(default_factory=dict)
 
     def now(self) -> datetime:
-        """The clock, UTC, to the ms: read after the session's lock, but by a call sent
-        whole with its lock (``Plan.one_statement``), which reads it just before."""
+        """The clock, UTC, to the ms. A write records no time earlier than what already
+        happened in its session (a2sql.sql.times), whenever the clock was read."""
         if type(self.clock) is SystemClock:  # aware, UTC and to the ms already
             return self.clock.now()
         value = self.clock.now()
@@ -63,11 +59,6 @@ class OneStatement(NamedTuple, Generic[T]):
     the common case, nothing was written, the full path decides)."""
 
     statement: Executable
-    # The same statement for a transaction of a2sql's own that only tried the
-    # session's lock, having read the clock before (see the module's docstring):
-    # it writes nothing unless the lock was granted and no time the statement
-    # follows is later than ``now``.
-    guarded: Executable
     params: Mapping[str, Any]
     answer: Callable[[Sequence[AnyRow]], T | None]
     # The error to raise when the statement hits the unique event id index;

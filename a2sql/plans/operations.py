@@ -103,13 +103,13 @@ def _valid_events(
     return valid
 
 
-def _lease(ctx: Context, ttl_ms: object, expires_at: object) -> Callable[[datetime], datetime]:
-    """Checks the lease arguments; returns how to compute the expiry from ``now``."""
+def _lease(ctx: Context, ttl_ms: object, expires_at: object) -> validate.Lease:
+    """The lease arguments, checked (an expiry past the year 9999 is refused when the
+    claim reads the clock)."""
     ttl = validate.ttl(ttl_ms)
     if expires_at is not None:
-        fixed = truncate_ms(validate.aware_datetime(expires_at, "expires_at"))
-        return lambda _now: fixed
-    return lambda now: validate.expiry(now, ttl)
+        return validate.Lease(None, truncate_ms(validate.aware_datetime(expires_at, "expires_at")))
+    return validate.Lease(ttl, None)
 
 
 def _index_bound(value: object, argument: str) -> int | None:
@@ -160,13 +160,12 @@ def claim_available(
     ]
 
     def run(tx: Transaction) -> ClaimResult:
-        now = ctx.now()
         return claim_ops.claim_available(
             tx,
             sid,
             holder=who,
-            now=now,
-            expires_at=expiry(now),
+            now=ctx.now(),
+            lease=expiry,
             exclude_indexes=excluded,
             limit=most,
         )
@@ -259,7 +258,7 @@ def renew_claims(
     def run(tx: Transaction) -> RenewResult:
         now = ctx.now()
         return claim_ops.renew_claims(
-            tx, sid, holder=who, claims=refs, now=now, expires_at=expiry(now)
+            tx, sid, holder=who, claims=refs, now=now, expires_at=expiry.at(now)
         )
 
     return Plan(run, lock_session=sid)
@@ -347,8 +346,8 @@ def fail_attempt(
 
     def run(tx: Transaction) -> FailResult:
         now = ctx.now()
-        # No delay (or 0): claimable at once, as without one.
-        retry_at = validate.expiry(now, delay, "retry_after_ms") if delay else None
+        if delay:  # a retry time past the year 9999 is refused
+            validate.expiry(now, delay, "retry_after_ms")
         return attempt_ops.fail_attempt(
             tx,
             sid,
@@ -357,7 +356,7 @@ def fail_attempt(
             error=message,
             max_failures=limit,
             now=now,
-            retry_at=retry_at,
+            retry_after_ms=delay,
         )
 
     return Plan(

@@ -132,12 +132,9 @@ def stored_event(row: Sequence[Any]) -> StoredEvent:
     )
 
 
-def claimed_event(
-    row: Sequence[Any], session_id: str, *, now: datetime, holder: str, expires_at: datetime
-) -> StoredEvent:
+def claimed_event(row: Sequence[Any], session_id: str, *, holder: str) -> StoredEvent:
     """A ``StoredEvent`` just claimed: the columns the claim returns (ops.claims.CLAIM),
-    and what it set itself. ``now`` and ``expires_at`` are in UTC, as every row read
-    gives times."""
+    and what it set itself."""
     (
         idx,
         event_type,
@@ -154,6 +151,8 @@ def claimed_event(
         last_failed_at,
         last_failed_attempt,
         last_error,
+        last_claimed_at,
+        claim_expires_at,
     ) = row
     # The full row, in table order: only unprocessed, live events are claimed.
     return stored_event(
@@ -171,7 +170,7 @@ def claimed_event(
             processed_by_attempt,
             returned_event_ids,
             first_claimed_at,
-            now,  # last_claimed_at
+            last_claimed_at,
             attempt_count,
             failure_count,
             last_failed_at,
@@ -179,6 +178,6 @@ def claimed_event(
             last_error,
             None,  # failed_at
             holder,
-            expires_at,
+            claim_expires_at,
         )
     )

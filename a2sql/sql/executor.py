@@ -71,7 +71,6 @@ class Executor(Protocol):
         lock: tuple[Executable, Params],
         statement: Callable[[], tuple[Executable, Params]],
         *,
-        wait_for_lock: bool,
         commit: bool,
         then: tuple[Executable, Params] | None = None,
     ) -> Sequence[AnyRow]:
@@ -123,7 +122,6 @@ class ConnectionExecutor:
         lock: tuple[Executable, Params],
         statement: Callable[[], tuple[Executable, Params]],
         *,
-        wait_for_lock: bool,
         commit: bool,
         then: tuple[Executable, Params] | None = None,
     ) -> Sequence[AnyRow]:

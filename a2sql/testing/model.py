@@ -298,7 +298,7 @@ class Model:
                 ):
                     raise ModelError(ErrorCode.SUPERSEDED_ATTEMPT, "cause is not current")
             had_pending = self._has_pending(events)
-            now = self.now()
+            now = self._recorded(events, self.now())
             inserted = [
                 self._insert(state, events, session_id, new, new.cause, now) for new in batch
             ]
@@ -325,6 +325,24 @@ class Model:
             return truncate_ms(expires_at)
         return now + timedelta(milliseconds=ttl_ms)
 
+    @staticmethod
+    def _freed(events: list[ModelEvent], e: ModelEvent) -> datetime | None:
+        """For a lane's event never claimed: when the event before it in its lane was
+        processed, which made it ready."""
+        if e.lane is None or e.first_claimed_at is not None:
+            return None
+        before = [o for o in events if o.lane == e.lane and o.index < e.index]
+        return before[-1].processed_at if before else None
+
+    @staticmethod
+    def _recorded(events: list[ModelEvent], now: datetime, *also: datetime | None) -> datetime:
+        """The time a write records (contract, "Times"): ``now``, or the creation of the
+        session's last event or any time of ``also`` that is later."""
+        times = [now, *(t for t in also if t is not None)]
+        if events:
+            times.append(events[-1].created_at)
+        return max(times)
+
     def claim_available(
         self,
         session_id: str,
@@ -339,9 +357,7 @@ class Model:
         with self._transaction() as state:
             now = self.now()
             events = self._events(state, session_id)
-            claimed = self._claim(
-                events, now, holder, self._expiry(now, ttl_ms, expires_at), exclude_indexes, limit
-            )
+            claimed = self._claim(events, now, holder, ttl_ms, expires_at, exclude_indexes, limit)
             if claimed:
                 return ClaimResult(outcome="claimed", events=claimed)
             active = self._live_expiries(events, now)
@@ -366,7 +382,8 @@ class Model:
         events: list[ModelEvent],
         now: datetime,
         holder: str,
-        until: datetime,
+        ttl_ms: int,
+        expires_at: datetime | None,
         exclude_indexes: Sequence[int] = (),
         limit: int | None = None,
     ) -> list[StoredEvent]:
@@ -374,12 +391,15 @@ class Model:
             :limit
         ]
         for e in claimable:
+            at = self._recorded(
+                events, now, e.last_failed_at, e.last_claimed_at, self._freed(events, e)
+            )
             e.attempt_count += 1
             if e.first_claimed_at is None:
-                e.first_claimed_at = now
-            e.last_claimed_at = now
+                e.first_claimed_at = at
+            e.last_claimed_at = at
             e.claim_holder = holder
-            e.claim_expires_at = until
+            e.claim_expires_at = self._expiry(at, ttl_ms, expires_at)
         return [e.stored() for e in claimable]
 
     def claim_next(
@@ -404,8 +424,7 @@ class Model:
             ]
             if ages:
                 _, sid = min(ages)
-                until = self._expiry(now, ttl_ms, expires_at)
-                claimed = self._claim(under[sid], now, holder, until, limit=limit)
+                claimed = self._claim(under[sid], now, holder, ttl_ms, expires_at, limit=limit)
                 return Dispatch("claimed", sid, claimed)
             active = [
                 when for events in under.values() for when in self._live_expiries(events, now)
@@ -506,7 +525,7 @@ class Model:
                 return CompleteResult(outcome="superseded")
             if any(self._by_id(state, i) is not None for i in ids):
                 raise ModelError(ErrorCode.PARTIAL_DUPLICATE_BATCH, "a returned id exists")
-            now = self.now()
+            now = self._recorded(session, self.now(), parent.last_claimed_at)
             parent.processed_at = now
             parent.processed_by_attempt = attempt
             parent.returned_event_ids = ids
@@ -574,6 +593,7 @@ class Model:
                 return FailResult(
                     "failed", e.failure_count, delayed if delayed and delayed > now else None
                 )
+            now = self._recorded(self._events(state, session_id), now, e.last_claimed_at)
             e.failure_count += 1
             e.last_error = error
             e.last_failed_at = now
@@ -612,7 +632,7 @@ class Model:
                 raise ModelError(ErrorCode.EVENT_NOT_FOUND, f"no event {index}")
             if e.processed_at is not None:
                 return SkipResult("already_processed")
-            e.processed_at = self.now()
+            e.processed_at = self._recorded(session, self.now(), e.last_claimed_at)
             e.processed_by_attempt = None
             e.returned_event_ids = None
             e.last_error = reason

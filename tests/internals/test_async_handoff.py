@@ -224,9 +224,10 @@ async def appends_waiting_for(
 
 
 def test_closing_with_calls_queued_fails_them_with_store_closed(postgres_url: str) -> None:
-    """Twenty appends wait for a session another transaction holds (fifteen threads,
-    five queued); the store is closed: the queued ones fail with STORE_CLOSED, not a
-    bare CancelledError nobody asked for."""
+    """Twenty appends wait for a session another transaction holds (fifteen sent from the
+    loop on connections of its pool, five waiting for one); the store is closed: the
+    server cancels the waits, and those calls fail with STORE_CLOSED, not a bare
+    CancelledError nobody asked for, nor the lock timeout."""
     holder_store = a2sql.create_store(postgres_url, migrate=True)
 
     async def scenario() -> list[object]:

@@ -57,14 +57,11 @@ SESSIONS: dict[str, tuple[Callable[[Store], dict[str, Any]], ClaimResult]] = {
 
 @pytest.mark.parametrize("session", sorted(SESSIONS))
 def test_a_claim_that_finds_nothing_free_is_one_round_trip(
-    migrated_postgres_url: str, session: str, monkeypatch: pytest.MonkeyPatch
+    migrated_postgres_url: str, session: str
 ) -> None:
-    """The lock tried and the claim, sent at once: two statements, one round trip, one
+    """The lock and the claim, sent at once: two statements, one round trip, one
     transaction (before, nothing free cost 11 statements over three transactions: the
-    claim after the lock, then the full path's claim and its read of the next expiry).
-    (A claim of lane events never claimed goes the way after the lock, and the session
-    is then remembered as contended for a while: not here.)"""
-    monkeypatch.setattr(a2sql.execution.running, "CONTENDED_S", 0.0)
+    claim after the lock, then the full path's claim and its read of the next expiry)."""
     make, expected = SESSIONS[session]
     counter = Counter()
     engine = counter.engine(migrated_postgres_url)

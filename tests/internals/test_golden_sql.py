@@ -229,10 +229,7 @@ def test_the_direct_path_sends_the_same_sql(
     statements of the files too, as the driver receives them, and the fused calls send
     them in one pipeline (a2sql.execution.wire), without BEGIN and COMMIT; those that add events
     wake streams after the commit, with a statement of its own in the same pipeline
-    (their files under ``direct/``). (The scenario's claim takes lane events never
-    claimed, which a call sent whole leaves to the way after the lock: the session is
-    not then remembered as contended.)"""
-    monkeypatch.setattr(a2sql.execution.running, "CONTENDED_S", 0.0)
+    (their files under ``direct/``)."""
     url = str(request.getfixturevalue("postgres_url"))
     engine, sent = recording_engine(url, monkeypatch)
     try:

@@ -28,6 +28,7 @@ import a2sql
 from a2sql import NewEvent
 from a2sql.backends import backend_of
 from a2sql.backends.postgresql.one_statement import claim_available as fused_claim
+from a2sql.core.arguments import Lease
 from a2sql.core.clock import to_millis
 from a2sql.sql.queries.append import PARENT_ATTEMPTS
 from a2sql.sql.queries.attempts import COMPLETE_IF_CURRENT, PROMOTE_LANE_HEAD
@@ -230,7 +231,7 @@ def test_claim_seeks_a_partial_index_of_dispatchable_events(plans: Explainer) ->
     """
     plan = plans.explain(
         claim_statement(False, False),
-        {"sid": TARGET, "now": NOW, "holder": "w", "expires_at": NOW + timedelta(seconds=30)},
+        {"sid": TARGET, "now": NOW, "holder": "w", "expires_at": None, "lease_ms": 30_000},
     )
     seeks = plans_seeking(plan, {DISPATCH_READY, CLAIM_EXPIRY})
     assert seeks and all("session_id" in s.condition for s in seeks), _why(plan)
@@ -282,22 +283,20 @@ def _load_backlog(store: a2sql.Store, pending: str) -> None:
         connection.commit()
 
 
-def _limited_claims(postgres: bool) -> Iterator[tuple[str, Executable, dict[str, Any], bool]]:
-    """(name, statement, parameters, granted) of every limited claim a2sql sends for
+def _limited_claims(postgres: bool) -> Iterator[tuple[str, Executable, dict[str, Any]]]:
+    """(name, statement, parameters) of every limited claim a2sql sends for
     BACKLOG_SESSION: claim_available's and claim_next's, and on PostgreSQL the fused
-    one, plain and guarded (``granted``: run after the session's lock was tried and
-    granted)."""
+    one."""
     now = datetime.now(UTC)
-    args = {"holder": "w", "now": now, "expires_at": now + timedelta(minutes=1)}
+    args = {"holder": "w", "now": now, "lease": Lease(60_000, None)}
     for excluded in ((), (1, 3)):
         statement, params = claim(
             BACKLOG_SESSION, exclude_indexes=excluded, limit=CLAIM_LIMIT, **args
         )
-        yield f"claim excluding {list(excluded)}", statement, params, False
+        yield f"claim excluding {list(excluded)}", statement, params
     if postgres:
         one = fused_claim(BACKLOG_SESSION, exclude_indexes=(), limit=CLAIM_LIMIT, **args)
-        yield "fused", one.statement, dict(one.params), False
-        yield "fused, guarded", one.guarded, dict(one.params), True
+        yield "fused", one.statement, dict(one.params)
 
 
 def _pg_node_reads(node: dict[str, Any]) -> list[tuple[str, float, float]]:
@@ -357,7 +356,7 @@ def test_a_limited_claim_reads_its_limit_in_a_backlog_the_statistics_never_saw(
     with a2sql.create_store(db_url, migrate=True) as store:
         _load_backlog(store, pending)
         explainer = Explainer(store)
-        for name, statement, params, granted in _limited_claims(explainer.postgres):
+        for name, statement, params in _limited_claims(explainer.postgres):
             sql, sent = explainer.sent(statement, params)
             if not explainer.postgres:
                 plan = explainer.explain_sql(sql, sent)
@@ -369,8 +368,6 @@ def test_a_limited_claim_reads_its_limit_in_a_backlog_the_statistics_never_saw(
                 assert steps < BACKLOG, f"{name}: {steps} instructions\n{_why(plan)}"
                 continue
             with store.engine.connect() as connection, connection.begin() as transaction:
-                if granted:
-                    connection.exec_driver_sql("select set_config('a2sql.granted', 'true', true)")
                 raw: Any = connection.exec_driver_sql(
                     "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, sent
                 ).scalar()

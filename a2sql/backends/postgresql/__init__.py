@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import (
     URL,
     BindParameter,
     Connection,
+    Float,
     Select,
-    Text,
     any_,
     bindparam,
-    case,
     cast,
     func,
     literal_column,
@@ -28,9 +26,8 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from a2sql.backends.base import Backend, Capabilities
 from a2sql.backends.column_types import Timestamp
 from a2sql.backends.postgresql import one_statement
-from a2sql.backends.postgresql.one_statement import GRANTED, GRANTED_SETTING
 from a2sql.backends.registry import register
-from a2sql.core.arguments import expiry
+from a2sql.core.arguments import Lease
 from a2sql.core.errors import invalid
 from a2sql.core.records import AppendResult, ClaimResult, CompleteResult, FailResult
 from a2sql.plans.kinds import OneStatement
@@ -51,6 +48,7 @@ ISOLATION = "READ COMMITTED"
 # Key of the advisory lock (one bigint) that serializes migrations: the
 # ASCII bytes of "a2sqlmig".
 MIGRATION_LOCK_KEY = 0x6132_7371_6C6D_6967
+_MILLISECOND: ColumnElement[Any] = literal_column("interval '1 millisecond'")
 # Class id of a2sql's session locks in PostgreSQL's two-key advisory lock
 # space (which never overlaps the one-bigint space applications tend to use).
 SESSION_LOCK_CLASS = 0x6132
@@ -123,18 +121,6 @@ class PostgresBackend(Backend):
         True: select(_isolation, _lock_call, _notify_call),
     }
     _try_lock = select(_try_lock_call)
-    # Evaluated in order, as _bounds: the notification follows the attempt.
-    _granted = func.set_config(
-        literal_column(f"'{GRANTED_SETTING}'"), cast(_try_lock_call, Text), True
-    )
-    _own_try_lock: ClassVar[dict[bool, Select[Any]]] = {
-        False: select(_granted, *_bounds),
-        True: select(
-            _granted,
-            *_bounds,
-            case((GRANTED, _notify_call)),
-        ),
-    }
     _isolation_level = select(_isolation)
 
     # --- URLs and transactions ------------------------------------------------------
@@ -163,22 +149,18 @@ class PostgresBackend(Backend):
         session_id: str,
         *,
         holder: str,
-        lease: Callable[[datetime], datetime],
+        lease: Lease,
         exclude_indexes: Sequence[int],
         limit: int | None,
     ) -> Callable[[], OneStatement[ClaimResult]] | None:
-        def build() -> OneStatement[ClaimResult]:
-            now = ctx.now()
-            return one_statement.claim_available(
-                session_id,
-                holder=holder,
-                now=now,
-                expires_at=lease(now),
-                exclude_indexes=exclude_indexes,
-                limit=limit,
-            )
-
-        return build
+        return lambda: one_statement.claim_available(
+            session_id,
+            holder=holder,
+            now=ctx.now(),
+            lease=lease,
+            exclude_indexes=exclude_indexes,
+            limit=limit,
+        )
 
     def one_statement_complete(
         self, ctx: Context, session_id: str, index: int, attempt: int, batch: Sequence[ValidEvent]
@@ -200,19 +182,15 @@ class PostgresBackend(Backend):
         max_failures: int,
         retry_after_ms: int | None,
     ) -> Callable[[], OneStatement[FailResult]] | None:
-        def build() -> OneStatement[FailResult]:
-            now = ctx.now()
-            return one_statement.fail_attempt(
-                session_id,
-                index=index,
-                attempt=attempt,
-                error=error,
-                max_failures=max_failures,
-                now=now,
-                retry_at=expiry(now, retry_after_ms, "retry_after_ms") if retry_after_ms else None,
-            )
-
-        return build
+        return lambda: one_statement.fail_attempt(
+            session_id,
+            index=index,
+            attempt=attempt,
+            error=error,
+            max_failures=max_failures,
+            now=ctx.now(),
+            retry_after_ms=retry_after_ms,
+        )
 
     # --- statements -----------------------------------------------------------------
 
@@ -236,11 +214,6 @@ class PostgresBackend(Backend):
     ) -> tuple[Select[Any], dict[str, Any]]:
         return self._own_lock[announce], {"sid": session_id, "wait": str(lock_timeout_ms)}
 
-    def own_try_lock(
-        self, session_id: str, *, announce: bool, lock_timeout_ms: int
-    ) -> tuple[Select[Any], dict[str, Any]]:
-        return self._own_try_lock[announce], {"sid": session_id, "wait": str(lock_timeout_ms)}
-
     def announcement(self, session_id: str) -> tuple[Select[Any], dict[str, Any]]:
         return self._announcement, {"sid": session_id}
 
@@ -255,6 +228,13 @@ class PostgresBackend(Backend):
     def latest_timestamp(self, *columns: ColumnElement[Any]) -> ColumnElement[Any]:
         # greatest() skips NULLs.
         return func.greatest(*columns, type_=Timestamp())
+
+    def plus_millis(
+        self, time: ColumnElement[Any], millis: ColumnElement[Any]
+    ) -> ColumnElement[Any]:
+        # A whole number of milliseconds times an interval of one: exact to the
+        # microsecond (an interval's resolution).
+        return (time + cast(millis, Float) * _MILLISECOND).cast(Timestamp())
 
     def opaque_to_planner(self, value: BindParameter[Any]) -> ColumnElement[Any]:
         # A scalar subquery is a value the planner only learns when the

@@ -10,23 +10,14 @@ is final. When its answer is not (an id is already taken, the attempt no
 longer holds the event), it writes nothing, its ``answer`` is ``None`` and the
 call's full path runs and says why, reading what it needs (a2sql.execution.running).
 
-In a transaction of a2sql's own the statement first goes out ``guarded``,
-right behind a lock statement that only tries the session's lock (never
-waiting): on the direct path (a2sql.execution.raw) the two make one round trip and
-one transaction (with BEGIN and COMMIT where the connection's default level
-is not READ COMMITTED), sent whole before the client waits, so that a client
-frozen mid-way never holds the lock. Its parameters hold the clock's reading, taken
-before the lock, where every other transaction reads the clock after it, so
-that the times a session's writes carry follow the order the lock gives
-them. The guards keep that order: the statement writes only if the lock was
-granted (``GRANTED``) and nothing it follows carries a time later than its
-``now``: the session's last event, the attempt's claim, the events a claim
-takes (how each became free). A writer that went ahead between the clock's
-reading and the lock therefore makes it write nothing, and the call runs
-again after the lock (a2sql.execution.running): on the direct path BEGIN and the lock,
-then, once granted, the clock read and the unguarded statement with COMMIT,
-in two round trips. In the caller's transaction the statement follows the
-lock as any other.
+In a transaction of a2sql's own the statement goes out with the session's
+lock, a blocking one, and on some servers ``BEGIN`` and ``COMMIT``: on the
+direct path (a2sql.execution.raw) one round trip and one transaction, sent whole
+before the client waits, so that a client frozen mid-way never holds the lock.
+Its ``now`` is the clock's reading, taken before the lock; the times it records
+are computed in the statement, never earlier than what already happened in
+the session (a2sql.sql.times), so the order the lock gives writes is the order
+of their times.
 
 The lock stays a statement of its own: under READ COMMITTED a statement's
 snapshot is taken when it starts, so a lock taken inside it would not make it
@@ -44,12 +35,10 @@ from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import (
     Boolean,
-    ColumnElement,
     CompoundSelect,
     Insert,
     Select,
     Text,
-    and_,
     any_,
     bindparam,
     case,
@@ -59,7 +48,6 @@ from sqlalchemy import (
     insert,
     literal_column,
     null,
-    or_,
     select,
     true,
     union_all,
@@ -67,6 +55,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 
 from a2sql.backends.column_types import Timestamp
+from a2sql.core.arguments import Lease
 from a2sql.core.records import AppendResult, ClaimResult, CompleteResult, EventCause, FailResult
 from a2sql.plans.kinds import OneStatement
 from a2sql.sql.codec import encode_cause, encode_ids
@@ -75,7 +64,6 @@ from a2sql.sql.queries.append import duplicate_ids
 from a2sql.sql.queries.attempts import (
     COMPLETE_IF_CURRENT,
     FAIL_IF_CURRENT,
-    NOW,
     counted_failure,
     fail_params,
     promote_lane_head,
@@ -93,65 +81,14 @@ from a2sql.sql.queries.events import (
     HAS_PENDING,
     INSERTED_COLUMNS,
     RETIRED_ATTEMPTS,
+    SESSION_NOW,
     ValidEvent,
     last_index,
     new_stored_event,
-    of_last_event,
 )
 from a2sql.sql.schema import events as E
 
 T = TypeVar("T")
-
-# The setting through which a transaction that only tried the session's lock
-# tells its next statement whether it got it ('true'): set for the
-# transaction only, so it survives a transaction pooler; outside such a
-# transaction it is unset or empty (a2sql.backends.postgresql.one_statement).
-GRANTED_SETTING = "a2sql.granted"
-# Whether the lock was granted, as a statement after the try reads it. Unset,
-# as on a connection that never tried, it reads as NULL: not granted. A test
-# of no column, which the planner checks once, before reading any row.
-GRANTED = func.current_setting(literal_column(f"'{GRANTED_SETTING}'"), true()) == literal_column(
-    "'true'"
-)
-
-
-# --- the guards of a transaction that tried the lock ---------------------------
-
-_LATEST = E.alias("latest")
-# No event of the session was created later than ``now``: events numbered
-# after the last one are created no earlier than it.
-NOT_BEFORE_LAST_EVENT = func.coalesce(of_last_event(_LATEST, _LATEST.c.created_at), NOW) <= NOW
-# The attempt's claim was taken no later than ``now``.
-NOT_BEFORE_CLAIM = E.c.last_claimed_at <= NOW
-_FREE = E.alias("free_event")
-
-
-def _not_before_freed(excluding: bool, limited: bool) -> ColumnElement[bool]:
-    """None of the events the claim takes became free to claim later than ``now``: each
-    was created, claimed (then released) and failed (to be retried at once) no later.
-    Nor is any a lane's event never claimed, which may have been promoted later, when
-    its lane's previous event was processed: finding that event is a walk back through
-    the session's events, as long as the session, so such a claim takes the way
-    after the lock."""
-    event = claimable(
-        _FREE,
-        _FREE.c.created_at,
-        _FREE.c.last_claimed_at,
-        _FREE.c.last_failed_at,
-        _FREE.c.lane,
-        _FREE.c.first_claimed_at,
-        excluding=excluding,
-        limited=limited,
-    ).subquery("taken")
-    return ~exists().where(
-        or_(
-            event.c.created_at > NOW,
-            event.c.last_claimed_at > NOW,
-            event.c.last_failed_at > NOW,
-            and_(event.c.lane.is_not(None), event.c.first_claimed_at.is_(None)),
-        )
-    )
-
 
 # --- events numbered on the server -------------------------------------------
 
@@ -209,9 +146,9 @@ _ROWS = (
 _MANY = _Batch(_ROWS.c.offset, _ROWS.c.type, _ROWS.c.payload, _ROWS.c.id, _ROWS.c.settled)
 
 
-def _rows(batch: _Batch, after: Any, cause: Any, retired: Any) -> Select[Any]:
+def _rows(batch: _Batch, after: Any, cause: Any, retired: Any, now: Any) -> Select[Any]:
     """The batch's rows numbered from ``after`` + 1, without lanes, their attempt count
-    starting at ``retired`` (RETIRED_ATTEMPTS)."""
+    starting at ``retired`` (RETIRED_ATTEMPTS), created at ``now``."""
     return select(
         retired,
         # Typed as where it is compared (VARCHAR): one parameter, one type.
@@ -220,11 +157,11 @@ def _rows(batch: _Batch, after: Any, cause: Any, retired: Any) -> Select[Any]:
         batch.type,
         cast(batch.payload, postgresql.JSON),
         batch.id,
-        NOW,
+        now,
         cause,
         null(),
         true(),
-        case((batch.settled, NOW), else_=null()),
+        case((batch.settled, now), else_=null()),
     )
 
 
@@ -261,16 +198,16 @@ def fuses(batch: Sequence[ValidEvent]) -> bool:
 # --- append ------------------------------------------------------------------
 
 
-def _append(batch: _Batch, taken: Any, *guards: Any) -> Insert:
+def _append(batch: _Batch, taken: Any) -> Insert:
     """One row per event appended (none: an id was taken, nothing appended): its
     index, whether the session had unprocessed events before (a subquery in
-    RETURNING sees the session as it was before the statement), and its attempt
-    count."""
-    rows = _rows(batch, func.coalesce(last_index(), 0), null(), RETIRED_ATTEMPTS)
+    RETURNING sees the session as it was before the statement), its attempt
+    count, and the time it was created at."""
+    rows = _rows(batch, func.coalesce(last_index(), 0), null(), RETIRED_ATTEMPTS, SESSION_NOW)
     return (
         insert(E)
-        .from_select(INSERTED_COLUMNS, rows.where(~taken, *guards))
-        .returning(E.c.idx, HAS_PENDING, E.c.attempt_count)
+        .from_select(INSERTED_COLUMNS, rows.where(~taken))
+        .returning(E.c.idx, HAS_PENDING, E.c.attempt_count, E.c.created_at)
     )
 
 
@@ -278,8 +215,6 @@ _ONE_TAKEN = exists().where(E.c.event_id == _ONE.id)
 _ANY_TAKEN = exists().where(E.c.event_id == any_(bindparam("supplied", type_=_TEXTS)))
 APPEND_ONE = _append(_ONE, _ONE_TAKEN)
 APPEND_MANY = _append(_MANY, _ANY_TAKEN)
-GUARDED_APPEND_ONE = _append(_ONE, _ONE_TAKEN, GRANTED, NOT_BEFORE_LAST_EVENT)
-GUARDED_APPEND_MANY = _append(_MANY, _ANY_TAKEN, GRANTED, NOT_BEFORE_LAST_EVENT)
 
 
 def append(
@@ -296,35 +231,39 @@ def append(
         if not rows:
             return None
         first = min(row[0] for row in rows)
-        pending, retired = rows[0][1], int(rows[0][2])
+        pending, retired, created = rows[0][1], int(rows[0][2]), rows[0][3]
         return AppendResult(
             events=[
-                new_stored_event(session_id, event, event_id, first + offset, now, retired)
+                new_stored_event(session_id, event, event_id, first + offset, created, retired)
                 for offset, (event, event_id) in enumerate(zip(batch, ids, strict=True))
             ],
             has_pending=bool(pending) or any(not event.settled for event in batch),
         )
 
-    if len(batch) == 1:
-        return OneStatement(APPEND_ONE, GUARDED_APPEND_ONE, params, answer)
-    return OneStatement(APPEND_MANY, GUARDED_APPEND_MANY, params, answer)
+    return OneStatement(APPEND_ONE if len(batch) == 1 else APPEND_MANY, params, answer)
 
 
 # --- complete_attempt --------------------------------------------------------
 
 
-def _complete(batch: _Batch | None, *guards: Any) -> Select[Any]:
-    """The session's last index before the completion, and the attempt count the
-    returned events start at; no row: not completed."""
-    done = COMPLETE_IF_CURRENT.where(*guards).cte("done")
+def _complete(batch: _Batch | None) -> Select[Any]:
+    """The session's last index before the completion, the attempt count the returned
+    events start at, and the time the completion recorded; no row: not completed."""
+    done = COMPLETE_IF_CURRENT.cte("done")
     # The lane's next event, read from an alias: the completed one left out,
     # which the statement still sees unprocessed.
     promoted = promote_lane_head(done.c.lane, E.alias("lane_event"), besides=bindparam("index"))
-    statement = select(done.c.last_index, done.c.retired_attempts).add_cte(promoted.cte("promoted"))
+    statement = select(done.c.last_index, done.c.retired_attempts, done.c.now).add_cte(
+        promoted.cte("promoted")
+    )
     if batch is None:
         return statement
     rows = _rows(
-        batch, done.c.last_index, bindparam("caused_by", type_=Text), done.c.retired_attempts
+        batch,
+        done.c.last_index,
+        bindparam("caused_by", type_=Text),
+        done.c.retired_attempts,
+        done.c.now,
     )
     returned = insert(E).from_select(
         INSERTED_COLUMNS,
@@ -333,12 +272,8 @@ def _complete(batch: _Batch | None, *guards: Any) -> Select[Any]:
     return statement.add_cte(returned.cte("returned"))
 
 
-_COMPLETION_GUARDS = (GRANTED, NOT_BEFORE_CLAIM, NOT_BEFORE_LAST_EVENT)
 # By the number of events returned: none, one, several.
-_COMPLETE = {
-    size: (_complete(batch), _complete(batch, *_COMPLETION_GUARDS))
-    for size, batch in ((0, None), (1, _ONE), (2, _MANY))
-}
+_COMPLETE = {size: _complete(batch) for size, batch in ((0, None), (1, _ONE), (2, _MANY))}
 
 
 def complete(
@@ -365,18 +300,17 @@ def complete(
     def answer(rows: Sequence[AnyRow]) -> CompleteResult | None:
         if not rows:
             return None
-        last, retired = rows[0][0], int(rows[0][1])
+        last, retired, recorded = rows[0][0], int(rows[0][1]), rows[0][2]
         return CompleteResult(
             "completed",
             [
-                new_stored_event(session_id, event, event_id, last + 1 + offset, now, retired)
+                new_stored_event(session_id, event, event_id, last + 1 + offset, recorded, retired)
                 for offset, (event, event_id) in enumerate(zip(batch, ids, strict=True))
             ],
         )
 
-    statement, guarded = _COMPLETE[min(len(batch), 2)]
     return OneStatement(
-        statement, guarded, params, answer, lambda error: returned_id_taken(batch, error)
+        _COMPLETE[min(len(batch), 2)], params, answer, lambda error: returned_id_taken(batch, error)
     )
 
 
@@ -388,7 +322,7 @@ def claim_available(
     *,
     holder: str,
     now: datetime,
-    expires_at: datetime,
+    lease: Lease,
     exclude_indexes: Sequence[int],
     limit: int | None,
 ) -> OneStatement[ClaimResult]:
@@ -397,11 +331,10 @@ def claim_available(
         session_id,
         holder=holder,
         now=now,
-        expires_at=expires_at,
+        lease=lease,
         exclude_indexes=exclude_indexes,
         limit=limit,
     )
-    excluding, limited = bool(exclude_indexes), limit is not None
 
     def answer(rows: Sequence[AnyRow]) -> ClaimResult | None:
         if not rows:
@@ -409,16 +342,10 @@ def claim_available(
         if rows[0][0] is None:  # no event: nothing was free
             return nothing_free(rows[0][-1])
         events = [row[:-1] for row in rows]
-        return ClaimResult(
-            "claimed",
-            claimed_events(events, session_id, holder=holder, now=now, expires_at=expires_at),
-        )
+        return ClaimResult("claimed", claimed_events(events, session_id, holder=holder))
 
     return OneStatement(
-        _claim_or_next_expiry(excluding, limited, guarded=False),
-        _claim_or_next_expiry(excluding, limited, guarded=True),
-        params,
-        answer,
+        _claim_or_next_expiry(bool(exclude_indexes), limit is not None), params, answer
     )
 
 
@@ -426,34 +353,24 @@ _CLAIMABLE = E.alias("claimable_event")
 
 
 @cache
-def _claim_or_next_expiry(excluding: bool, limited: bool, *, guarded: bool) -> CompoundSelect[Any]:
+def _claim_or_next_expiry(excluding: bool, limited: bool) -> CompoundSelect[Any]:
     """The claim, its rows with a last column ``retry_at`` (NULL); when nothing is free
     to claim at ``now``, one row instead, NULL but for ``retry_at``: the session's
     earliest claim expiry after ``now`` (NEXT_EXPIRY_AT; NULL when no event is
-    dispatchable), which the full path reads in a statement of its own. Guarded, the
-    row comes only if the lock was granted: with nothing free, no time the claim
-    follows can be later than ``now`` (the guard looks at free events only).
+    dispatchable), which the full path reads in a statement of its own.
 
     Every part of the statement sees the database as it was before it, so the row
     comes exactly when the claim takes nothing for want of free events (its limit is
     at least 1). The claim's columns are converted once, by the outer select, as a
     read gives them (times in UTC, payloads as text)."""
-    statement = claim_statement(excluding, limited)
     free_now = claimable(_CLAIMABLE, _CLAIMABLE.c.idx, excluding=excluding, limited=False)
-    conditions = [~exists(free_now)]
-    if guarded:
-        statement = statement.where(GRANTED, _not_before_freed(excluding, limited))
-        conditions.insert(0, GRANTED)
-    claimed = statement.cte("claimed")
+    claimed = claim_statement(excluding, limited).cte("claimed")
     return union_all(
         select(*claimed.c, cast(null(), Timestamp()).label(NEXT_EXPIRY_AT.name)),
         select(*(null().label(column.name) for column in claimed.c), NEXT_EXPIRY_AT).where(
-            *conditions
+            ~exists(free_now)
         ),
     )
-
-
-GUARDED_FAIL = FAIL_IF_CURRENT.where(GRANTED, NOT_BEFORE_CLAIM)
 
 
 def fail_attempt(
@@ -464,7 +381,7 @@ def fail_attempt(
     error: str,
     max_failures: int,
     now: datetime,
-    retry_at: datetime | None,
+    retry_after_ms: int | None,
 ) -> OneStatement[FailResult]:
     """A failure of the attempt that holds the event."""
     params = fail_params(
@@ -474,12 +391,12 @@ def fail_attempt(
         error=error,
         max_failures=max_failures,
         now=now,
-        retry_at=retry_at,
+        retry_after_ms=retry_after_ms,
     )
 
     def answer(rows: Sequence[AnyRow]) -> FailResult | None:
         if not rows:
             return None
-        return counted_failure(rows[0], max_failures=max_failures, retry_at=retry_at)
+        return counted_failure(rows[0], max_failures=max_failures)
 
-    return OneStatement(FAIL_IF_CURRENT, GUARDED_FAIL, params, answer)
+    return OneStatement(FAIL_IF_CURRENT, params, answer)

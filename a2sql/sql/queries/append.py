@@ -60,7 +60,7 @@ def append(
             ErrorCode.PARTIAL_DUPLICATE_BATCH,
             f"the batch holds event id {repeated!r} more than once",
         )
-    status = append_status(tx, session_id, supplied)
+    status = append_status(tx, session_id, supplied, now)
     if status.taken:
         existing = events_by_id(tx, supplied)
         return _replay_or_reject(tx, session_id, batch, existing)
@@ -72,7 +72,7 @@ def append(
         batch,
         first_index=status.last_index + 1,
         retired_attempts=status.retired_attempts,
-        now=now,
+        now=status.now,
         new_id=new_id,
     )
     return AppendResult(

@@ -6,10 +6,20 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Update, bindparam, case, false, null, select, true, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Update,
+    bindparam,
+    case,
+    false,
+    null,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.exc import DBAPIError
 
-from a2sql.backends.column_types import Timestamp
 from a2sql.core.errors import A2Error, ErrorCode, is_event_id_collision, listed, taken_event_id
 from a2sql.core.records import CompleteResult, EventCause, FailResult, StoredEvent
 from a2sql.sql.codec import encode_ids, stored_event
@@ -17,6 +27,7 @@ from a2sql.sql.executor import Transaction
 from a2sql.sql.queries.append import duplicate_ids
 from a2sql.sql.queries.events import (
     EVENT_AT,
+    LAST_CREATED,
     ONE_ROW,
     RETIRED_ATTEMPTS,
     SESSION,
@@ -27,8 +38,8 @@ from a2sql.sql.queries.events import (
     replay,
 )
 from a2sql.sql.schema import events as E
+from a2sql.sql.times import NOW, After, Latest
 
-NOW = bindparam("now", type_=Timestamp())
 LAST = E.alias("last_event")
 THIS_EVENT = (E.c.session_id == SESSION, E.c.idx == bindparam("index"))
 
@@ -41,14 +52,20 @@ HELD_BY_ATTEMPT = (
     E.c.claim_holder.is_not(None),
 )
 
+# The time a write to the event records (a2sql.sql.times): never earlier than
+# the session's last event's creation, nor than the attempt's claim (the
+# event's other times are earlier than its claim).
+EVENT_NOW = Latest(NOW, LAST_CREATED, E.c.last_claimed_at)
+
 # The common completion in one statement: mark the event processed if this
 # attempt still holds it, and return what the rest of the work needs: the
-# lane to move on, where the returned events' indexes and attempt counts start.
+# lane to move on, where the returned events' indexes and attempt counts start,
+# and the time it recorded (which the returned events are created at).
 COMPLETE_IF_CURRENT = (
     update(E)
     .where(*HELD_BY_ATTEMPT)
     .values(
-        processed_at=NOW,
+        processed_at=EVENT_NOW,
         processed_by_attempt=bindparam("attempt"),
         returned_event_ids=bindparam("returned"),
         lane_ready=false(),
@@ -59,6 +76,7 @@ COMPLETE_IF_CURRENT = (
         E.c.lane,
         last_index(LAST).label("last_index"),
         RETIRED_ATTEMPTS.label("retired_attempts"),
+        E.c.processed_at.label("now"),
     )
 )
 
@@ -95,7 +113,9 @@ PROMOTE_LANE_HEAD = promote_lane_head(bindparam("lane_name"))
 # The common failure in one statement: count it and release the claim if this
 # attempt still holds the event. SET reads the row as it was, so
 # failure_count + 1 is this failure's count: at max_failures the event is
-# dead-lettered, else claimable again at once or at retry_at.
+# dead-lettered, else claimable again at once or ``retry_after_ms`` after the
+# failure (NULL: at once). It returns the count and when the event is
+# claimable again (NULL: at once, or never).
 _THIS_FAILURE = E.c.failure_count + 1
 _DEAD = bindparam("max_failures") <= _THIS_FAILURE
 FAIL_IF_CURRENT = (
@@ -104,13 +124,16 @@ FAIL_IF_CURRENT = (
     .values(
         failure_count=_THIS_FAILURE,
         last_error=bindparam("error"),
-        last_failed_at=NOW,
+        last_failed_at=EVENT_NOW,
         last_failed_attempt=bindparam("attempt"),
-        failed_at=case((_DEAD, NOW), else_=null()),
+        failed_at=case((_DEAD, EVENT_NOW), else_=null()),
         claim_holder=null(),
-        claim_expires_at=case((_DEAD, null()), else_=bindparam("retry_at", type_=Timestamp())),
+        claim_expires_at=case(
+            (_DEAD, null()),
+            else_=After(EVENT_NOW, bindparam("retry_after_ms", type_=BigInteger())),
+        ),
     )
-    .returning(E.c.failure_count)
+    .returning(E.c.failure_count, E.c.claim_expires_at)
 )
 
 
@@ -153,11 +176,11 @@ def complete_attempt(
             },
         )
         if marked is not None:
-            lane, last_index, retired = marked
+            lane, last_index, retired, recorded = marked
             return CompleteResult(
                 "completed",
                 _append_returned(
-                    tx, session_id, lane, batch, last_index, int(retired), now, new_id
+                    tx, session_id, lane, batch, last_index, int(retired), recorded, new_id
                 ),
             )
 
@@ -262,9 +285,9 @@ def fail_params(
     error: str,
     max_failures: int,
     now: datetime,
-    retry_at: datetime | None,
+    retry_after_ms: int | None,
 ) -> dict[str, Any]:
-    """The parameters of ``FAIL_IF_CURRENT``."""
+    """The parameters of ``FAIL_IF_CURRENT``; no delay (or 0): claimable at once."""
     return {
         "sid": session_id,
         "index": index,
@@ -272,18 +295,16 @@ def fail_params(
         "error": error,
         "now": now,
         "max_failures": max_failures,
-        "retry_at": retry_at,
+        "retry_after_ms": retry_after_ms or None,
     }
 
 
-def counted_failure(
-    row: Sequence[Any], *, max_failures: int, retry_at: datetime | None
-) -> FailResult:
+def counted_failure(row: Sequence[Any], *, max_failures: int) -> FailResult:
     """The outcome of a failure ``FAIL_IF_CURRENT`` counted (``row`` is what it returned)."""
     failures = int(row[0])
     if failures >= max_failures:
         return FailResult("dead_lettered", failures)
-    return FailResult("failed", failures, retry_at)
+    return FailResult("failed", failures, row[1])
 
 
 def fail_attempt(
@@ -295,10 +316,11 @@ def fail_attempt(
     error: str,
     max_failures: int,
     now: datetime,
-    retry_at: datetime | None,
+    retry_after_ms: int | None,
 ) -> FailResult:
     """Count a failure of the current attempt and release its claim; with
-    ``retry_at``, a failed (not dead-lettered) event is claimable again only then (§6)."""
+    ``retry_after_ms``, a failed (not dead-lettered) event is claimable again only that
+    long after the failure (§6)."""
     failed = tx.first(
         FAIL_IF_CURRENT,
         fail_params(
@@ -308,11 +330,11 @@ def fail_attempt(
             error=error,
             max_failures=max_failures,
             now=now,
-            retry_at=retry_at,
+            retry_after_ms=retry_after_ms,
         ),
     )
     if failed is not None:
-        return counted_failure(failed, max_failures=max_failures, retry_at=retry_at)
+        return counted_failure(failed, max_failures=max_failures)
     # The attempt does not hold the event: say why.
     event = event_at(tx, session_id, index)
     if event.processed_at is not None or event.attempt_count != attempt:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cache
 from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Select,
     Update,
+    and_,
     bindparam,
+    case,
     func,
     null,
     or_,
@@ -27,15 +30,19 @@ from sqlalchemy.sql.visitors import InternalTraversal
 
 from a2sql.backends.column_types import Timestamp
 from a2sql.backends.registry import backend_of
+from a2sql.core.arguments import Lease
 from a2sql.core.records import ClaimRef, ClaimResult, ReleaseResult, RenewResult, StoredEvent
 from a2sql.sql import executor as execute
 from a2sql.sql.codec import claimed_event
 from a2sql.sql.executor import Transaction
-from a2sql.sql.queries.events import ONE_ROW, SESSION
+from a2sql.sql.queries.events import LAST_CREATED, ONE_ROW, SESSION
 from a2sql.sql.schema import events as E
+from a2sql.sql.times import NOW, After, Latest
 
-NOW = bindparam("now", type_=Timestamp())
 EXPIRES_AT = bindparam("expires_at", type_=Timestamp())
+# A claim's lease: a time given (``expires_at``), or a length (``lease_ms``) from
+# the time the claim records.
+LEASE_MS = bindparam("lease_ms", type_=BigInteger())
 
 
 def ready(events: Any = E) -> tuple[ColumnElement[bool], ...]:
@@ -59,18 +66,41 @@ READY = ready()
 DISPATCHABLE = (E.c.session_id == SESSION, *READY)
 FREE = free()
 
+# When a lane's event never claimed became free: when the event before it in
+# its lane was processed (or skipped), which made it ready. Read walking back
+# from it along the primary key to that event; only for such events.
+_BEFORE = E.alias("lane_before")
+_LANE_FREED = case(
+    (
+        and_(E.c.lane.is_not(None), E.c.first_claimed_at.is_(None)),
+        select(_BEFORE.c.processed_at)
+        .where(_BEFORE.c.session_id == SESSION, _BEFORE.c.lane == E.c.lane, _BEFORE.c.idx < E.c.idx)
+        .order_by(_BEFORE.c.session_id.desc(), _BEFORE.c.idx.desc())
+        .limit(ONE_ROW)
+        .scalar_subquery(),
+    ),
+    else_=null(),
+)
+# The time a claim records on an event (a2sql.sql.times): never earlier than the
+# session's last event's creation, nor than the time the event became free: its
+# last failure (a failure without a delay frees it then), its last claim (a
+# release frees it then; a claim that expired was taken before ``now``), or,
+# for a lane's event never claimed, its lane moving on.
+CLAIM_NOW = Latest(NOW, LAST_CREATED, E.c.last_failed_at, E.c.last_claimed_at, _LANE_FREED)
+
 # The claim's writes; which events it takes is claim_statement's.
 _claim = (
     update(E)
     .values(
         attempt_count=E.c.attempt_count + 1,
-        first_claimed_at=func.coalesce(E.c.first_claimed_at, NOW),
-        last_claimed_at=NOW,
+        first_claimed_at=func.coalesce(E.c.first_claimed_at, CLAIM_NOW),
+        last_claimed_at=CLAIM_NOW,
         claim_holder=bindparam("holder"),
-        claim_expires_at=EXPIRES_AT,
+        claim_expires_at=func.coalesce(EXPIRES_AT, After(CLAIM_NOW, LEASE_MS)),
     )
-    # What the claim did not set itself: the rest of a claimed event is
-    # known (claimed_event), and 7 columns fewer cost less to return and decode.
+    # What the claim did not set itself, and its times: the rest of a claimed
+    # event is known (claimed_event), and 5 columns fewer cost less to return
+    # and decode.
     .returning(
         E.c.idx,
         E.c.event_type,
@@ -87,6 +117,8 @@ _claim = (
         E.c.last_failed_at,
         E.c.last_failed_attempt,
         E.c.last_error,
+        E.c.last_claimed_at,
+        E.c.claim_expires_at,
     )
 )
 
@@ -210,7 +242,7 @@ def claim_available(
     *,
     holder: str,
     now: datetime,
-    expires_at: datetime,
+    lease: Lease,
     exclude_indexes: Sequence[int],
     limit: int | None,
 ) -> ClaimResult:
@@ -221,7 +253,7 @@ def claim_available(
         session_id,
         holder=holder,
         now=now,
-        expires_at=expires_at,
+        lease=lease,
         exclude_indexes=exclude_indexes,
         limit=limit,
     )
@@ -245,7 +277,7 @@ def claim_events(
     *,
     holder: str,
     now: datetime,
-    expires_at: datetime,
+    lease: Lease,
     exclude_indexes: Sequence[int] = (),
     limit: int | None = None,
 ) -> list[StoredEvent]:
@@ -254,17 +286,11 @@ def claim_events(
         session_id,
         holder=holder,
         now=now,
-        expires_at=expires_at,
+        lease=lease,
         exclude_indexes=exclude_indexes,
         limit=limit,
     )
-    return claimed_events(
-        tx.rows(statement, params),
-        session_id,
-        holder=holder,
-        now=now,
-        expires_at=expires_at,
-    )
+    return claimed_events(tx.rows(statement, params), session_id, holder=holder)
 
 
 def claim(
@@ -272,16 +298,19 @@ def claim(
     *,
     holder: str,
     now: datetime,
-    expires_at: datetime,
+    lease: Lease,
     exclude_indexes: Sequence[int],
     limit: int | None,
 ) -> tuple[Update, dict[str, Any]]:
-    """The claim statement for these arguments, and its parameters."""
+    """The claim statement for these arguments, and its parameters; ``INVALID_ARGUMENT``
+    for a lease that would end past the year 9999."""
+    lease.at(now)
     params: dict[str, Any] = {
         "sid": session_id,
         "now": now,
         "holder": holder,
-        "expires_at": expires_at,
+        "expires_at": lease.expires_at,
+        "lease_ms": lease.ttl_ms,
     }
     if exclude_indexes:
         params["exclude"] = sorted(set(exclude_indexes))
@@ -291,18 +320,11 @@ def claim(
 
 
 def claimed_events(
-    rows: Sequence[Sequence[Any]],
-    session_id: str,
-    *,
-    holder: str,
-    now: datetime,
-    expires_at: datetime,
+    rows: Sequence[Sequence[Any]], session_id: str, *, holder: str
 ) -> list[StoredEvent]:
     """The claim statement's rows as the events claimed, by index."""
-    # The claim's own times as a read would give them: in UTC, once for every event.
-    claimed_at, expiry = now.astimezone(UTC), expires_at.astimezone(UTC)
     return [
-        claimed_event(row, session_id, now=claimed_at, holder=holder, expires_at=expiry)
+        claimed_event(row, session_id, holder=holder)
         for row in sorted(rows, key=itemgetter(0))  # by index
     ]
 

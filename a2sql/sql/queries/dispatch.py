@@ -10,11 +10,13 @@ from typing import Any
 from sqlalchemy import Select, bindparam, func, select
 
 from a2sql.backends.base import Backend
+from a2sql.core.arguments import Lease
 from a2sql.core.records import Dispatch
 from a2sql.sql.executor import Transaction
-from a2sql.sql.queries.claims import FREE, NOW, READY, claim_events
+from a2sql.sql.queries.claims import FREE, READY, claim_events
 from a2sql.sql.queries.operator_reads import prefix_successor
 from a2sql.sql.schema import events as E
+from a2sql.sql.times import NOW
 
 # How many of the oldest claimable events one read looks at. On SQLite the
 # first one is always taken (the write lock is held); on PostgreSQL a
@@ -66,7 +68,7 @@ def claim_next(
     *,
     holder: str,
     clock: Callable[[], datetime],
-    lease: Callable[[datetime], datetime],
+    lease: Lease,
     limit: int | None,
     prefix: str,
 ) -> Dispatch:
@@ -74,9 +76,9 @@ def claim_next(
 
     Sessions another transaction holds locked are passed over rather than
     waited for (PostgreSQL); on SQLite the write lock makes that never happen.
-    ``clock`` is read again once the session is locked: the claim's times
-    must come after everything that lock's previous holder committed, as
-    every write's do.
+    ``clock`` is read again once the session is locked, and the claim's times
+    are never earlier than what already happened in the session
+    (a2sql.sql.times), as every write's.
     """
     now = clock()
     under = bounds(prefix)
@@ -94,14 +96,8 @@ def claim_next(
             if not backend.try_lock_session(tx, session_id):
                 locked = True
             else:
-                claimed_at = clock()
                 claimed = claim_events(
-                    tx,
-                    session_id,
-                    holder=holder,
-                    now=claimed_at,
-                    expires_at=lease(claimed_at),
-                    limit=limit,
+                    tx, session_id, holder=holder, now=clock(), lease=lease, limit=limit
                 )
                 if claimed:
                     return Dispatch("claimed", session_id, claimed)

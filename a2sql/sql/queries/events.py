@@ -28,6 +28,7 @@ from a2sql.sql.codec import canonical_json, encode_cause, stored_event
 from a2sql.sql.executor import Transaction
 from a2sql.sql.schema import events as E
 from a2sql.sql.schema import retired_attempts as R
+from a2sql.sql.times import NOW, Latest
 
 MAX_INDEX = 2**63 - 1
 
@@ -94,6 +95,13 @@ RETIRED_ATTEMPTS: ColumnElement[int] = func.coalesce(
 )
 
 _LAST_INDEX = func.coalesce(last_index(), 0)
+_LATEST = E.alias("latest_event")
+# The time a write to the session records (a2sql.sql.times): the clock's
+# reading, or the creation of the session's last event where that is later.
+# Events numbered after it are created no earlier; a write to an event adds
+# the times already on that event (``Latest``).
+LAST_CREATED = of_last_event(_LATEST, _LATEST.c.created_at)
+SESSION_NOW = Latest(NOW, LAST_CREATED)
 # The first entry of a2_events_unprocessed.
 HAS_PENDING = (
     select(E.c.idx)
@@ -106,11 +114,11 @@ HAS_PENDING = (
 _IDS_TAKEN = exists().where(E.c.event_id.in_(bindparam("ids", expanding=True)))
 
 SESSION_STATUS = select(_LAST_INDEX, HAS_PENDING)
-# The same and, for an append, the attempt count its events start at, and
-# whether any of the given event ids exists (in any session): the common
-# append needs one statement before its insert.
-APPEND_STATUS = select(_LAST_INDEX, HAS_PENDING, RETIRED_ATTEMPTS)
-APPEND_STATUS_AND_IDS = select(_LAST_INDEX, HAS_PENDING, RETIRED_ATTEMPTS, _IDS_TAKEN)
+# The same and, for an append, the attempt count its events start at, the
+# time it records, and whether any of the given event ids exists (in any
+# session): the common append needs one statement before its insert.
+APPEND_STATUS = select(_LAST_INDEX, HAS_PENDING, RETIRED_ATTEMPTS, SESSION_NOW)
+APPEND_STATUS_AND_IDS = select(_LAST_INDEX, HAS_PENDING, RETIRED_ATTEMPTS, SESSION_NOW, _IDS_TAKEN)
 
 PENDING_LANES = (
     select(E.c.lane)
@@ -160,19 +168,23 @@ class AppendStatus(NamedTuple):
     last_index: int  # 0 when the session has no event
     pending: bool  # whether any event is unprocessed
     retired_attempts: int  # where the new events' attempt count starts (RETIRED_ATTEMPTS)
+    now: datetime  # the time the append records (SESSION_NOW)
     taken: bool  # whether any of the supplied ids is already stored anywhere
 
 
-def append_status(tx: Transaction, session_id: str, ids: Sequence[str]) -> AppendStatus:
-    """The session's ``AppendStatus``, ``ids`` the event ids the append was given."""
+def append_status(
+    tx: Transaction, session_id: str, ids: Sequence[str], now: datetime
+) -> AppendStatus:
+    """The session's ``AppendStatus``, ``ids`` the event ids the append was given and
+    ``now`` the clock's reading."""
     if not ids or len(ids) > execute.LIST_CHUNK:
-        [(last, pending, retired)] = tx.rows(APPEND_STATUS, {"sid": session_id})
+        [(last, pending, retired, at)] = tx.rows(APPEND_STATUS, {"sid": session_id, "now": now})
         taken = bool(ids) and bool(events_by_id(tx, ids))
-        return AppendStatus(int(last), bool(pending), int(retired), taken)
-    [(last, pending, retired, taken)] = tx.rows(
-        APPEND_STATUS_AND_IDS, {"sid": session_id, "ids": list(ids)}
+        return AppendStatus(int(last), bool(pending), int(retired), at, taken)
+    [(last, pending, retired, at, taken)] = tx.rows(
+        APPEND_STATUS_AND_IDS, {"sid": session_id, "ids": list(ids), "now": now}
     )
-    return AppendStatus(int(last), bool(pending), int(retired), bool(taken))
+    return AppendStatus(int(last), bool(pending), int(retired), at, bool(taken))
 
 
 def insert_events(

@@ -8,7 +8,7 @@ from sqlalchemy import bindparam, false, null, update
 
 from a2sql.core.records import RetryResult, SkipResult
 from a2sql.sql.executor import Transaction
-from a2sql.sql.queries.attempts import NOW, PROMOTE_LANE_HEAD, THIS_EVENT, event_at
+from a2sql.sql.queries.attempts import EVENT_NOW, PROMOTE_LANE_HEAD, THIS_EVENT, event_at
 from a2sql.sql.schema import events as E
 
 # The attempt count stays: attempt numbers are never reused, so the attempt
@@ -23,7 +23,7 @@ SKIP = (
     update(E)
     .where(*THIS_EVENT, E.c.processed_at.is_(None))
     .values(
-        processed_at=NOW,
+        processed_at=EVENT_NOW,
         processed_by_attempt=null(),
         returned_event_ids=null(),
         last_error=bindparam("reason"),

@@ -2,11 +2,12 @@
 
 A hypothesis state machine drives appends (lanes, settled events, supplied
 ids with replays and collisions, causes), claims, renewals, completions and
-failures (stale and retried ones included), clock moves, snapshots and
-presence against a store and the pure-Python reference model. After every
-step the result, or the raised ``ErrorCode``, of both must agree, and so must
-every session's full ``store.read`` (all ``StoredEvent`` fields, payloads
-compared by JSON identity: same types, key order and float sign).
+failures (stale and retried ones included), clock moves (back ones too, as
+on a host whose clock lags), snapshots and presence against a store and the
+pure-Python reference model. After every step the result, or the raised
+``ErrorCode``, of both must agree, and so must every session's full
+``store.read`` (all ``StoredEvent`` fields, payloads compared by JSON
+identity: same types, key order and float sign).
 """
 
 from __future__ import annotations
@@ -183,6 +184,8 @@ class StoreVersusModel(RuleBasedStateMachine):
         self.failures: list[tuple[str, int, int, str, int, int | None]] = []
         self.presence_times: list[datetime] = []
         self.fresh = 0
+        # The latest the clock has read: below it, the clock lags (``lagging_host``).
+        self.latest = self.clock.now()
 
     def teardown(self) -> None:
         self.store.close()
@@ -220,7 +223,15 @@ class StoreVersusModel(RuleBasedStateMachine):
         return self.clock.now()
 
     def move_clock(self, ms: int, micros: int = 0) -> None:
-        self.clock.set(self.clock.now() + timedelta(milliseconds=ms, microseconds=micros))
+        self.set_clock(self.clock.now() + timedelta(milliseconds=ms, microseconds=micros))
+
+    def set_clock(self, when: datetime) -> None:
+        self.clock.set(when)
+        self.latest = max(self.latest, when)
+
+    def caught_up(self) -> bool:
+        """Whether the clock reads no earlier than it ever has."""
+        return self.clock.now() >= self.latest
 
     def with_events(self, session: str) -> str:
         """``session``, or the other one when only that one has events."""
@@ -790,12 +801,18 @@ class StoreVersusModel(RuleBasedStateMachine):
         """Time moves only by the fake clock, sometimes by less than a millisecond."""
         self.move_clock(ms, micros)
 
+    @rule(ms=st.sampled_from([1, 5, 20]))
+    def lagging_host(self, ms: int) -> None:
+        """The clock moves back a little, as on a host whose clock lags the last writer's:
+        what each write records never goes back in its session (contract, "Times")."""
+        self.move_clock(-ms)
+
     @precondition(lambda self: bool(self.deadlines()))
     @rule(data=st.data(), offset_ms=st.sampled_from([-1, 0, 0, 1]))
     def advance_to_deadline(self, data: st.DataObject, offset_ms: int) -> None:
         """Time moves to just before, onto or just past an expiry: `<=` versus `<` shows."""
         when = data.draw(st.sampled_from(self.deadlines())) + timedelta(milliseconds=offset_ms)
-        self.clock.set(max(when, self.clock.now()))
+        self.set_clock(max(when, self.clock.now()))
 
     @rule(
         data=st.data(),
@@ -834,8 +851,11 @@ class StoreVersusModel(RuleBasedStateMachine):
         if expiries:
             when = data.draw(st.sampled_from(expiries))
             offset = data.draw(st.sampled_from([-1, 0, 0, 1]))
-            self.clock.set(max(self.now(), when + timedelta(milliseconds=offset)))
+            self.set_clock(max(self.now(), when + timedelta(milliseconds=offset)))
 
+    # Presence is not a session's: its times follow the clock as it reads, and a
+    # clock moved back is no part of its contract.
+    @precondition(lambda self: self.caught_up())
     @rule(
         data=st.data(),
         ns=st.sampled_from(NAMESPACES),

@@ -8,9 +8,12 @@ FROM a2_events
 WHERE a2_events.session_id = ? AND a2_events.processed_at IS NULL ORDER BY a2_events.session_id, a2_events.idx
  LIMIT 1 OFFSET ?) IS NOT NULL AS anon#1, coalesce((SELECT a2_retired_attempts.last_attempt
 FROM a2_retired_attempts
-WHERE a2_retired_attempts.session_id = ?), ?) AS coalesce#2, EXISTS (SELECT *
+WHERE a2_retired_attempts.session_id = ?), ?) AS coalesce#2, max(?, coalesce((SELECT latest_event.created_at
+FROM a2_events AS latest_event
+WHERE latest_event.session_id = ? ORDER BY latest_event.session_id DESC, latest_event.idx DESC
+ LIMIT 1 OFFSET ?), ?)) AS anon#2, EXISTS (SELECT *
 FROM a2_events
-WHERE a2_events.event_id IN (?, ?)) AS anon#2;
+WHERE a2_events.event_id IN (?, ?)) AS anon#3;
 
 SELECT DISTINCT a2_events.lane
 FROM a2_events
