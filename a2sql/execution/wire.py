@@ -1,7 +1,7 @@
 """A transaction's statements written to PostgreSQL at once, and their answers read.
 
-a2sql's hot writes are one pipeline: the session's lock tried, the guarded
-statement, and on some servers ``BEGIN`` and ``COMMIT`` (a2sql.backends.postgresql.one_statement).
+a2sql's hot writes are one pipeline: the session's lock, the statement,
+and on some servers ``BEGIN`` and ``COMMIT`` (a2sql.backends.postgresql.one_statement).
 psycopg's pipeline mode writes each statement as it is executed, then the
 Sync, then a flush request: four writes for one transaction, as many times
 the server is woken up, and a cursor's bookkeeping for each statement. Here
@@ -31,10 +31,7 @@ anew. A name is closed before it is prepared (which the server allows
 whether or not it exists). In a transaction begun before the batch, where a
 failure could not be undone, a name is trusted only inside ``with wire:``, and
 only if it was prepared since a name that ran there: ``DEALLOCATE ALL`` takes
-every name at once, so none prepared after one still there was taken. That is
-the way after the lock (BEGIN and the lock, then the statement): prepared
-again in every transaction, the statement was parsed and planned while the
-session's lock was held.
+every name at once, so none prepared after one still there was taken.
 """
 
 from __future__ import annotations
