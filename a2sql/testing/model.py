@@ -328,11 +328,15 @@ class Model:
     @staticmethod
     def _freed(events: list[ModelEvent], e: ModelEvent) -> datetime | None:
         """For a lane's event never claimed: when the event before it in its lane was
-        processed, which made it ready."""
+        processed, which made it ready, if among the 32 events before it; otherwise the
+        latest time any lane of the session moved on (contract, "Times")."""
         if e.lane is None or e.first_claimed_at is not None:
             return None
-        before = [o for o in events if o.lane == e.lane and o.index < e.index]
-        return before[-1].processed_at if before else None
+        near = [o for o in events if o.lane == e.lane and e.index - 32 <= o.index < e.index]
+        if near:
+            return near[-1].processed_at
+        moved = [o.processed_at for o in events if o.lane is not None and o.processed_at]
+        return max(moved) if moved else None
 
     @staticmethod
     def _recorded(events: list[ModelEvent], now: datetime, *also: datetime | None) -> datetime:

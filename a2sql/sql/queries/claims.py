@@ -67,17 +67,33 @@ DISPATCHABLE = (E.c.session_id == SESSION, *READY)
 FREE = free()
 
 # When a lane's event never claimed became free: when the event before it in
-# its lane was processed (or skipped), which made it ready. Read walking back
-# from it along the primary key to that event; only for such events.
+# its lane was processed (or skipped), which made it ready. That event is
+# looked for among the LANE_WALK events before it, along the primary key;
+# further back (or when the lane has none), the latest time any lane of the
+# session moved on stands in: no earlier than the one looked for, and read
+# once per statement, only when some event needs it. A walk without a bound
+# would read the whole session for each event of a batch of distinct lanes.
+LANE_WALK = 32
 _BEFORE = E.alias("lane_before")
+_ANY_LANE = E.alias("any_lane")
 _LANE_FREED = case(
     (
         and_(E.c.lane.is_not(None), E.c.first_claimed_at.is_(None)),
-        select(_BEFORE.c.processed_at)
-        .where(_BEFORE.c.session_id == SESSION, _BEFORE.c.lane == E.c.lane, _BEFORE.c.idx < E.c.idx)
-        .order_by(_BEFORE.c.session_id.desc(), _BEFORE.c.idx.desc())
-        .limit(ONE_ROW)
-        .scalar_subquery(),
+        func.coalesce(
+            select(_BEFORE.c.processed_at)
+            .where(
+                _BEFORE.c.session_id == SESSION,
+                _BEFORE.c.lane == E.c.lane,
+                _BEFORE.c.idx < E.c.idx,
+                _BEFORE.c.idx >= E.c.idx - LANE_WALK,
+            )
+            .order_by(_BEFORE.c.session_id.desc(), _BEFORE.c.idx.desc())
+            .limit(ONE_ROW)
+            .scalar_subquery(),
+            select(func.max(_ANY_LANE.c.processed_at))
+            .where(_ANY_LANE.c.session_id == SESSION, _ANY_LANE.c.lane.is_not(None))
+            .scalar_subquery(),
+        ),
     ),
     else_=null(),
 )

@@ -178,3 +178,21 @@ def test_a_lanes_next_event_is_not_claimed_before_its_lane_moved_on(
     clock.set(BEHIND)
     [second] = store.claim_available("s", holder="w", ttl_ms=60_000).events
     assert (second.index, second.last_claimed_at) == (2, AHEAD)
+
+
+def test_a_lanes_next_event_far_from_its_head_is_not_claimed_before_its_lane_moved_on(
+    store: Store, clock: FakeClock
+) -> None:
+    """The same with forty events between the two (a store may look for the head's time
+    among the nearest events only, and take the latest time a lane moved on past them)."""
+    clock.set(BEHIND)
+    store.append("s", [NewEvent("a", lane="L")])
+    store.append("s", [NewEvent("x", settled=True) for _ in range(40)])
+    store.append("s", [NewEvent("b", lane="L")])
+    [head] = store.claim_available("s", holder="w", ttl_ms=60_000).events
+    assert head.index == 1
+    clock.set(AHEAD)
+    store.complete_attempt("s", index=1, attempt=head.attempt_count, events=[])
+    clock.set(BEHIND)
+    [second] = store.claim_available("s", holder="w", ttl_ms=60_000).events
+    assert (second.index, second.last_claimed_at) == (42, AHEAD)
