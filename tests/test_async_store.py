@@ -83,7 +83,8 @@ def test_cancelled_complete_attempt_waiting_for_session_lock_writes_nothing(
             await wait_until_blocked_by(holder)
             await cancel(call)
             holder.rollback()
-            assert checked_out(store) == before
+            # Sent from the loop, its connection returns once it has rolled back.
+            await connections_back(store, before)
             await assert_completion_left_nothing(store)
             assert checked_out(store) == before
 
@@ -109,7 +110,8 @@ def test_cancelled_complete_attempt_after_marking_processed_writes_nothing(
             await wait_until_blocked_by(holder)
             await cancel(call)
             holder.rollback()
-            assert checked_out(store) == before
+            # Sent from the loop, its connection returns once it has rolled back.
+            await connections_back(store, before)
             await assert_completion_left_nothing(store)
             second = (await store.read("s"))[1]
             assert second.claim_holder is None
