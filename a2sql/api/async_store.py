@@ -11,7 +11,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcon
 from datetime import datetime
 from functools import partial
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -296,6 +296,22 @@ class AsyncStore(AsyncOperations):
         self._release = weakref.finalize(
             self, _release, self._wakeups, sync_path, self._on_loop, wait=False
         )
+
+    @property
+    def execution_path(self) -> Literal["loop", "thread", "asyncio"]:
+        """How the store's next call reaches the database. ``"loop"`` (PostgreSQL): each
+        hot write (``append``, ``claim_available``, ``complete_attempt``,
+        ``fail_attempt``) sent from the event loop in one pipeline, one round trip, the
+        other calls whole in a thread, on the driver's cursor. ``"thread"``: every
+        call whole in a thread (SQLite, or PostgreSQL behind a connection pooler).
+        ``"asyncio"``: statement by statement on the asyncio engine, where the store
+        was given its engine, or something observes it, or the database is SQLite
+        memory. Decided for each call, as ``Store.execution_path`` is."""
+        sync_path = self._sync_path
+        if sync_path is None or observed(self._engine.sync_engine):
+            return "asyncio"
+        on_loop = self._on_loop
+        return "loop" if on_loop is not None and on_loop.usable else "thread"
 
     @property
     def engine(self) -> AsyncEngine:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from sqlalchemy import URL, Engine
@@ -22,6 +23,8 @@ from a2sql.core.urls import shown_url
 from a2sql.execution.engines import build_async_engine, build_engine, resolve_url
 from a2sql.execution.threads import ThreadRunner
 from a2sql.plans.kinds import Context
+
+log = logging.getLogger("a2sql")
 
 
 def _context(
@@ -183,7 +186,7 @@ def create_store(
         if owns_engine:
             engine.dispose()
         raise
-    return Store(
+    store = Store(
         engine,
         context,
         owns_engine=owns_engine,
@@ -191,6 +194,8 @@ def create_store(
         database_file=database_file,
         listen_url=listen_url,
     )
+    _log_path("Store", engine.url, store.execution_path)
+    return store
 
 
 def create_async_store(
@@ -222,7 +227,7 @@ def create_async_store(
         engine, owns_engine = build_async_engine(resolved), True
         if not backend.is_memory(resolved):
             sync_path = ThreadRunner(build_engine(resolved), context, database_file)
-    return AsyncStore(
+    async_store = AsyncStore(
         engine,
         context,
         owns_engine=owns_engine,
@@ -232,3 +237,11 @@ def create_async_store(
         listen_url=listen_url,
         sync_path=sync_path,
     )
+    _log_path("AsyncStore", engine.url, async_store.execution_path)
+    return async_store
+
+
+def _log_path(kind: str, url: URL, path: str) -> None:
+    """Say at DEBUG which way the store's calls go (its ``execution_path``)."""
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("%s on %s: execution path %r", kind, shown_url(url), path)

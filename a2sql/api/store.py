@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from types import TracebackType
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from sqlalchemy import URL, Connection, Engine
 
@@ -282,6 +282,20 @@ class Store(Operations):
     def engine(self) -> Engine:
         """The SQLAlchemy engine the store runs on."""
         return self._engine
+
+    @property
+    def execution_path(self) -> Literal["driver", "connection"]:
+        """How the store's next call reaches the database. ``"driver"``: a2sql's
+        statements on the driver's own cursor, and on PostgreSQL each hot write
+        (``append``, ``claim_available``, ``complete_attempt``, ``fail_attempt``) in one
+        pipeline, one round trip. ``"connection"``: each statement through SQLAlchemy's
+        ``Connection.execute``, where something observes the engine (an event
+        listener, ``echo``, execution options) or its driver has no direct path. Decided
+        for each call: a listener added later takes the next call through the
+        ``Connection`` (and the calls after it: SQLAlchemy keeps an engine marked as
+        observed once a listener was attached). ``using`` runs in the caller's
+        transaction, always through its ``Connection``."""
+        return "driver" if self._pooled.direct else "connection"
 
     def _transaction(self, call: Plan[T]) -> T:
         return self._pooled.run(run_in_transaction, self._ctx, call, read_only=call.read_only)

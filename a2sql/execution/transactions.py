@@ -97,10 +97,17 @@ class TransactionRunner:
         database_file.check()
         return result
 
+    @property
+    def direct(self) -> bool:
+        """Whether the next transaction runs on the driver's cursor (``RawTransaction``)
+        rather than through a ``Connection``: the driver has a direct path and nothing
+        observes the engine."""
+        return self._direct and not observed(self._engine)
+
     def _run(
         self, body: Callable[[Transaction, C, A], T], context: C, call: A, *, read_only: bool
     ) -> T:
-        if self._direct and not observed(self._engine):
+        if self.direct:
             held = self._take()
             try:
                 return self._run_direct(held, body, context, call, read_only=read_only)
