@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from datetime import timedelta
 from itertools import pairwise
 from typing import Any
 
@@ -27,9 +25,9 @@ class RunFacts:
     # No process was killed and no fault injected: every committed claim and
     # failure was logged, so the counts must match exactly.
     exact_counts: bool
-    # How far apart the workers' clocks are (--skew): a time one worker's store
-    # stamped is compared with another's only this loosely, plus the millisecond
-    # both are truncated to.
+    # How far apart the workers' clocks are (--skew). The times a session's
+    # writes record never go back (docs/contract.md), whatever the skew: they
+    # are compared exactly.
     clock_skew_ms: float = 0.0
 
 
@@ -79,14 +77,6 @@ class WorkerRunCheck:
 
     def bad(self, message: str) -> None:
         self.report.anomalies.append(message)
-
-    @property
-    def clock_slack_ms(self) -> int:
-        """How much earlier than another worker's time one worker's may read although
-        it came later (the database orders them; the clocks may disagree): the skew,
-        plus the millisecond both are truncated to; 0 on one clock."""
-        skew = self.facts.clock_skew_ms
-        return math.ceil(skew) + 1 if skew else 0
 
     def run(self) -> None:
         self.check_logged_anomalies()
@@ -147,6 +137,12 @@ class WorkerRunCheck:
             self.check_lane(sid, lane, members)
         for event in events:
             self.check_fate(sid, event, children.get(event.index, []))
+        for earlier, later in pairwise(events):
+            if later.created_at < earlier.created_at:
+                self.bad(
+                    f"{sid}#{later.index}: created at {later.created_at}, before "
+                    f"#{earlier.index} at {earlier.created_at}"
+                )
 
     def check_child(self, sid: str, child: StoredEvent) -> None:
         cause = child.cause
@@ -189,13 +185,11 @@ class WorkerRunCheck:
                 self.bad(f"{where}: events after a dead-lettered head progressed: {fates}")
             self.blocked.update((sid, e.index) for e in members[dead_at + 1 :])
         previous: StoredEvent | None = None
-        # Each event's times are stamped by the clock of the worker that took it.
-        slack = timedelta(milliseconds=self.clock_slack_ms)
         for event in members:
             if previous is not None:
                 self.lane_previous[(sid, event.index)] = previous
             if previous is not None and previous.processed_at is not None:
-                done = previous.processed_at - slack
+                done = previous.processed_at
                 if event.processed_at is not None and event.processed_at < done:
                     self.bad(
                         f"{where}: #{event.index} processed at {event.processed_at} before "
@@ -307,8 +301,7 @@ class WorkerRunCheck:
         if head is None:
             return
         done = ms(head.processed_at)
-        # The head's completion and this claim may be stamped by two clocks.
-        if done is None or claim["at"] < done - self.clock_slack_ms:
+        if done is None or claim["at"] < done:
             self.bad(
                 f"{sid}#{event.index}: attempt {claim['a']} claimed at {claim['at']} while lane "
                 f"{event.lane!r} head #{head.index} was unprocessed (processed at {done})"
