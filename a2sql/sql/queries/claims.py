@@ -102,7 +102,15 @@ _LANE_FREED = case(
 # last failure (a failure without a delay frees it then), its last claim (a
 # release frees it then; a claim that expired was taken before ``now``), or,
 # for a lane's event never claimed, its lane moving on.
-CLAIM_NOW = Latest(NOW, LAST_CREATED, E.c.last_failed_at, E.c.last_claimed_at, _LANE_FREED)
+# The session's part is read once, in a one-row table the claim joins (UPDATE …
+# FROM): written into each SET, the last event's creation would be looked up once
+# for each column that needs it, and SQLite would update in two passes.
+# (Its sid typed as where it is compared: one parameter, one type.)
+_SESSION_CLOCK = select(
+    bindparam("sid", type_=E.c.session_id.type).label("sid"),
+    Latest(NOW, LAST_CREATED).label("now"),
+).subquery("session_clock")
+CLAIM_NOW = Latest(_SESSION_CLOCK.c.now, E.c.last_failed_at, E.c.last_claimed_at, _LANE_FREED)
 
 # The claim's writes; which events it takes is claim_statement's.
 _claim = (
@@ -114,6 +122,9 @@ _claim = (
         claim_holder=bindparam("holder"),
         claim_expires_at=func.coalesce(EXPIRES_AT, After(CLAIM_NOW, LEASE_MS)),
     )
+    # Joins the one row of session_clock, which puts it in the UPDATE's FROM
+    # (SQLAlchemy adds the tables of WHERE, not those of SET).
+    .where(E.c.session_id == _SESSION_CLOCK.c.sid)
     # What the claim did not set itself, and its times: the rest of a claimed
     # event is known (claimed_event), and 5 columns fewer cost less to return
     # and decode.
