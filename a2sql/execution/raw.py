@@ -376,12 +376,12 @@ class RawTransaction:
     def pipeline(
         self,
         lock: tuple[Executable, Params],
-        statement: Callable[[], tuple[Executable, Params]],
+        statement: tuple[Executable, Params],
         *,
         commit: bool,
         then: tuple[Executable, Params] | None = None,
     ) -> list[Row]:
-        """BEGIN, the ``lock`` statement, the statement ``statement()`` builds and, if
+        """BEGIN, the ``lock`` statement, ``statement`` and, if
         ``commit``, COMMIT, in one pipeline (a2sql.execution.wire): the statement's rows.
         Committed, the transaction is over when this returns, and a later statement
         begins the next one. ``then`` (with ``commit``): a statement sent with the
@@ -407,7 +407,7 @@ class RawTransaction:
                 sql, arguments = self._prepare(lock[0]).arguments(lock[1])
                 sent.append((sql, arguments))
                 wire.add(sql, arguments)
-                built, params = statement()
+                built, params = statement
                 prepared = self._prepare(built)
                 sql, arguments = prepared.arguments(params)
                 sent.append((sql, arguments))

@@ -10,7 +10,7 @@ taken), in a transaction of its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -54,16 +54,10 @@ def _sent_whole(connection: Transaction, ctx: Context, call: Plan[T]) -> T:
     assert call.one_statement is not None
     commit = not connection.commits_later
     lock, then = lock_statements(ctx, call, commits=commit)
-    fuse, built = call.one_statement, list[OneStatement[T]]()
-
-    def statement() -> tuple[Executable, Mapping[str, Any]]:
-        fused = fuse()
-        built.append(fused)
-        return fused.statement, fused.params
-
-    with collisions(built):
-        rows = connection.pipeline(lock, statement, commit=commit, then=then)
-    result = built[0].answer(rows)
+    fused = call.one_statement()
+    with collisions([fused]):
+        rows = connection.pipeline(lock, (fused.statement, fused.params), commit=commit, then=then)
+    result = fused.answer(rows)
     if result is not None:
         return result
     if commit:  # over, having written nothing

@@ -16,7 +16,7 @@ plan whole (``sends_whole``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeAlias
 
 from sqlalchemy import Connection
@@ -69,12 +69,12 @@ class Executor(Protocol):
     def pipeline(
         self,
         lock: tuple[Executable, Params],
-        statement: Callable[[], tuple[Executable, Params]],
+        statement: tuple[Executable, Params],
         *,
         commit: bool,
         then: tuple[Executable, Params] | None = None,
     ) -> Sequence[AnyRow]:
-        """Where ``sends_whole``: the lock and ``statement()`` in one round trip."""
+        """Where ``sends_whole``: the lock and ``statement`` in one round trip."""
         ...
 
 
@@ -120,7 +120,7 @@ class ConnectionExecutor:
     def pipeline(
         self,
         lock: tuple[Executable, Params],
-        statement: Callable[[], tuple[Executable, Params]],
+        statement: tuple[Executable, Params],
         *,
         commit: bool,
         then: tuple[Executable, Params] | None = None,
