@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import itertools
 import re
-import select
+import selectors
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -52,6 +52,12 @@ Row = tuple[Any, ...]
 # Whether libpq can close a prepared statement in a pipeline (PQsendClosePrepared).
 _CAN_CLOSE = bool(
     getattr(psycopg, "capabilities", None) and psycopg.capabilities.has_send_close_prepared()
+)
+
+# poll() (any descriptor number, and no descriptor of its own) where the platform has
+# it; select() elsewhere (Windows).
+_Selector: type[selectors.BaseSelector] = getattr(
+    selectors, "PollSelector", selectors.SelectSelector
 )
 
 # Key, in the pool's ``info`` of a driver connection, of the names prepared on it.
@@ -176,9 +182,9 @@ class Wire:
         self._sent_again = False
         self._rows: list[Row] = []
         self._error: Exception | None = None
-        # For the sync wait (``poll``, not ``select``: any descriptor number).
-        self._poll = select.poll()
-        self._poll.register(self._pgconn.socket, select.POLLIN)
+        # For the sync wait.
+        self._poll = _Selector()
+        self._poll.register(self._pgconn.socket, selectors.EVENT_READ)
 
     def __enter__(self) -> Wire:
         self._inside, self._proven = True, None
@@ -280,11 +286,11 @@ class Wire:
             while True:
                 fileno, writing = next(exchange)
                 if writing:
-                    writable = select.poll()
-                    writable.register(fileno, select.POLLOUT)
-                    writable.poll()
+                    with _Selector() as writable:
+                        writable.register(fileno, selectors.EVENT_WRITE)
+                        writable.select()
                 else:
-                    self._poll.poll()
+                    self._poll.select()
         except StopIteration as done:
             rows: list[Row] = done.value
             return rows

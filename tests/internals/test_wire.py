@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine
 
+import a2sql
+from a2sql import NewEvent
 from a2sql.execution.engines import resolve_url
 
 psycopg = pytest.importorskip("psycopg")
@@ -232,7 +234,7 @@ def test_a_transaction_whose_commit_at_the_sync_fails_raises_its_error(
 
 
 class _Interrupted:
-    def poll(self, *_args: Any) -> Any:
+    def select(self, *_args: Any) -> Any:
         raise KeyboardInterrupt
 
 
@@ -387,3 +389,25 @@ def test_psycopgs_rollback_deallocates_and_forget_recovers(connection: Any) -> N
     assert driver.execute("SELECT count(*) FROM pg_prepared_statements").fetchall() == [(0,)]
     wire.forget()
     assert _alone(wire, sql, 2) == [(2,)]
+
+
+def test_without_poll_the_wait_uses_select(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the platform has no ``poll`` (Windows), the pipelines wait with ``select``: a
+    store's hot writes work the same. (Before, ``select.poll`` was called at the first
+    hot write, an ``AttributeError`` there.)"""
+    import selectors
+
+    from a2sql.execution import wire
+
+    monkeypatch.setattr(wire, "_Selector", selectors.SelectSelector)
+    with a2sql.create_store(postgres_url, migrate=True) as store:
+        for n in range(3):
+            store.append("s", [NewEvent("t", n)])
+            [event] = store.claim_available("s", holder="w", ttl_ms=60_000).events
+            done = store.complete_attempt(
+                "s", index=event.index, attempt=event.attempt_count, events=[]
+            )
+            assert done.outcome == "completed"
+        assert [e.payload for e in store.read("s")] == [0, 1, 2]
