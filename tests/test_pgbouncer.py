@@ -27,13 +27,15 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from sqlalchemy import URL, NullPool, create_engine, make_url, text
 
 import a2sql
-from a2sql import A2Error, NewEvent
+from a2sql import A2Error, ErrorCode, NewEvent
 from a2sql.execution.engines import resolve_url
+from tests import test_alembic_embedding as embedding
 from tests.conftest import _unavailable
 
 PROCESSES = 6
@@ -74,9 +76,10 @@ def database(postgres_server: URL | str) -> Iterator[Pooled]:
 
 def cycles(url: str, own_engine: bool, count: int) -> list[str]:
     """``count`` append, claim, complete and read cycles, each on a session of its own;
-    the errors met. ``own_engine``: the store's engine, else the application's (psycopg's
-    default preparation left on)."""
-    store = a2sql.create_store(url if own_engine else create_engine(url), migrate=False)
+    the errors met. ``own_engine``: the store's engine, else the application's, created
+    with the one setting the docs name for an engine behind a transaction pooler."""
+    engine = url if own_engine else create_engine(url, connect_args={"prepare_threshold": None})
+    store = a2sql.create_store(engine, migrate=False)
     errors = []
     for n in range(count):
         session = f"s-{os.getpid()}-{n}"
@@ -164,21 +167,39 @@ def test_the_applications_statements_on_a_stores_connections_never_prepare_behin
         assert connection.connection.driver_connection.prepare_threshold == 5  # type: ignore[union-attr]
 
 
-def test_an_application_engine_keeps_its_own_preparation(database: Pooled) -> None:
-    """Behind the pooler a2sql turns server-side preparation off for its own statements
-    only: the application's connection keeps its setting, and a2sql's calls on it
-    succeed past psycopg's threshold (five executions)."""
-    engine = create_engine(database.pooled, pool_size=1, max_overflow=0)
+def test_an_application_engine_is_left_as_it_is_and_its_failure_names_the_setting(
+    database: Pooled,
+) -> None:
+    """An engine the application passes in is its own: a2sql changes none of its settings,
+    and behind the pooler its prepared statements go missing once psycopg prepares them
+    (after five executions). The failure says so and names the one setting that avoids
+    it, which the docs give too."""
+    engine = create_engine(database.pooled, pool_size=4, max_overflow=0)
+    failures: list[A2Error] = []
     try:
         with a2sql.create_store(engine, migrate=False) as store:
-            for n in range(20):
-                store.append("s", [NewEvent("t", n)])
-                with store.begin() as connection:
-                    assert len(store.using(connection).read("s")) == n + 1
-                    driver = connection.connection.driver_connection
-                    assert driver.prepare_threshold == 5  # type: ignore[union-attr]
+
+            def write(worker: int) -> None:
+                for n in range(20):
+                    try:
+                        store.append(f"s{worker}", [NewEvent("t", n)])
+                        store.read(f"s{worker}")
+                    except A2Error as error:
+                        failures.append(error)
+
+            threads = [threading.Thread(target=write, args=(k,)) for k in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            with engine.connect() as connection:
+                driver = connection.connection.driver_connection
+                assert driver.prepare_threshold == 5  # type: ignore[union-attr]
     finally:
         engine.dispose()
+    assert failures, "nothing failed: was a pooler there?"
+    assert all(f.code is ErrorCode.STORE_UNAVAILABLE for f in failures)
+    assert all("connect_args={'prepare_threshold': None}" in f.message for f in failures)
 
 
 def test_async_store_through_a_transaction_pooler(database: Pooled) -> None:
@@ -209,6 +230,67 @@ def test_async_store_through_a_transaction_pooler(database: Pooled) -> None:
         return errors
 
     assert asyncio.run(main()) == []
+
+
+def transactional_worker(url: str) -> dict[str, int]:
+    """A transactional worker on a store opened from ``url`` alone, until nothing is left
+    to claim: each handler writes the application's own table, and reads it, on the
+    store's connection (``attempt.connection``), in the transaction its completion
+    commits in. How its attempts ended."""
+    from a2sql.worker import Backoff, Worker
+
+    def handle(attempt: a2sql.worker.Attempt) -> None:
+        connection = attempt.connection
+        assert connection is not None
+        connection.execute(
+            text("insert into app_effects (event_id, worker) values (:id, :worker)"),
+            {"id": attempt.event.id, "worker": os.getpid()},
+        )
+        connection.execute(
+            text("select count(*) from app_effects where worker = :worker"),
+            {"worker": os.getpid()},
+        ).scalar_one()
+
+    with a2sql.create_store(url, migrate=False) as store:
+        # A failed attempt is tried again at once: a failure shows in the outcomes.
+        worker = Worker(
+            store, handle, transactional=True, backoff=Backoff.none(), poll_interval=0.1
+        )
+        worker.run(until_idle=True)
+        return dict(worker.outcomes)
+
+
+def test_transactional_workers_in_six_processes_through_the_pooler_handle_each_event_once(
+    database: Pooled,
+) -> None:
+    """1,000 events on 200 sessions, six processes each running a transactional worker
+    from the pooled URL alone; every handler writes the application's table on the
+    store's connection. Every attempt completes (none fails, so no prepared statement
+    went missing), and the application's table holds each event once. Before a2sql
+    decided preparation as a connection opens, such handlers failed at random: 318
+    failed attempts in one 600-event run."""
+    with a2sql.create_store(database.direct, migrate=False) as store:
+        with store.begin() as connection:
+            connection.execute(
+                text("create table app_effects (event_id text primary key, worker integer)")
+            )
+        for session in range(200):
+            store.append(f"job-{session}", [NewEvent("work", n) for n in range(5)])
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(PROCESSES) as pool:
+        outcomes = pool.map(transactional_worker, [database.pooled] * PROCESSES)
+    ended: dict[str, int] = {}
+    for counts in outcomes:
+        for outcome, count in counts.items():
+            ended[outcome] = ended.get(outcome, 0) + count
+    assert ended == {"completed": 1_000}, ended
+    with a2sql.create_store(database.direct, migrate=False) as store:
+        with store.begin() as connection:
+            rows = connection.execute(
+                text("select count(*), count(distinct event_id) from app_effects")
+            )
+            assert tuple(rows.one()) == (1_000, 1_000)
+        assert store.inspect.totals().events == 1_000
 
 
 APPEND_LATER = """
@@ -315,3 +397,44 @@ def test_a2sql_tail_takes_listen(database: Pooled, listen: tuple[str, ...], warn
     line, logged = tail_until_first_event(database, *given)
     assert "#1" in line and "  t" in line, line
     assert ("goes through a connection pooler" in logged) is warned, logged
+
+
+def test_the_documented_alembic_env_upgrades_again_and_again_through_the_pooler(
+    database: Pooled, tmp_path: Path
+) -> None:
+    """docs/migrations.md's whole env.py, its URL the pooled one: `alembic upgrade head`,
+    `alembic check` (whose reflection runs its statements more than psycopg's five
+    times), up again, down and up, each run a new client over PgBouncer's two server
+    connections, where a run before left what it prepared. With the engine's
+    connections left to prepare (a2sql.execution.pooler.decide_at_connect undone), the
+    run after `check` fails with ``DuplicatePreparedStatement``."""
+    app = tmp_path / "checkout"
+    (app / "alembic" / "versions").mkdir(parents=True)
+    (app / "myapp").mkdir()
+    (app / "myapp" / "__init__.py").write_text("")
+    (app / "myapp" / "models.py").write_text(embedding.MODELS_PY)
+    (app / "alembic.ini").write_text(embedding.APP_ALEMBIC_INI)
+    (app / "alembic" / "env.py").write_text(embedding._documented_env_py())
+    (app / "alembic" / "script.py.mako").write_text("")
+    (app / "alembic" / "versions" / "app_0001.py").write_text(embedding.APP_REVISION)
+    env = {**os.environ, "A2SQL_DATABASE_URL": database.pooled}
+    for command in (
+        ["upgrade", "head"],
+        ["check"],
+        ["upgrade", "head"],
+        ["downgrade", "base"],
+    ) * 2 + (["upgrade", "head"],):
+        ran = subprocess.run(
+            [embedding.ALEMBIC, *command],
+            cwd=app,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert ran.returncode == 0, f"alembic {' '.join(command)}: {ran.stderr}"
+    with a2sql.create_store(database.direct, migrate=False) as store, store.begin() as connection:
+        assert connection.execute(text("select version_num from alembic_version")).scalar_one() == (
+            "app_0001"
+        )

@@ -150,12 +150,13 @@ def invalid(argument: str, problem: str) -> A2Error:
     return A2Error(ErrorCode.INVALID_ARGUMENT, f"{argument}: {problem}")
 
 
-# What preparation behind a connection pooler a2sql did not recognise looks like
-# (a2sql.execution.pooler recognises PgBouncer and stops preparing there).
+# What preparation behind a transaction pooler looks like: on an engine the application
+# passed in (a2sql changes nothing there), or behind a pooler a2sql did not recognise
+# (a2sql.execution.pooler recognises PgBouncer on the engines it creates).
 POOLER_HINT = (
-    "a connection pooler in transaction mode (PgBouncer) that a2sql did not recognise "
-    "loses statements prepared on the server: pass create_store an engine created "
-    "with connect_args={'prepare_threshold': None}"
+    "behind a connection pooler in transaction mode (PgBouncer) statements prepared on "
+    "the server go missing: create the engine given to create_store with "
+    "connect_args={'prepare_threshold': None}"
 )
 
 

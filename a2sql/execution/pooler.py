@@ -1,5 +1,5 @@
-"""Whether a2sql's statements are prepared on the PostgreSQL server: on a direct
-connection yes, behind a connection pooler never.
+"""Whether statements are prepared on the PostgreSQL server: on a direct connection
+yes, behind a connection pooler never, decided once as each connection opens.
 
 psycopg prepares a statement on the server once it has run five times on a
 connection (its ``prepare_threshold``): the server then skips parsing and
@@ -9,30 +9,26 @@ a transaction pooler (PgBouncer's ``pool_mode = transaction``) each
 transaction may reach another server connection, where that name is missing,
 taken, or another client's statement, run with this client's parameters.
 
-a2sql tells the two apart once per connection. On a direct connection the
+a2sql tells the two apart as a connection opens. On a direct connection the
 server process id announced at connection time (the key a cancel request is
 sent with) is the server process's own, ``pg_backend_pid()``; a pooler
 answers the connection itself and announces a key of its own. On an engine
 a2sql creates, a connection behind a pooler never prepares, from the moment
-it opens (``decide_at_connect``). On an engine the application passes in,
-a2sql turns preparation off for its own statements only and puts the
-connection's setting back after. An engine created with
-``connect_args={"prepare_threshold": None}`` never prepares at all: the
-setting for an application's own engine behind a pooler, and for a pooler
-that passes the server's key on.
+it opens, whoever runs a statement on it: a2sql, or the application on the
+store's connection (``store.begin()``, a transactional handler's own writes).
+On an engine the application passes in, a2sql changes nothing: behind a
+pooler it is created with ``connect_args={"prepare_threshold": None}``, as
+the docs say, and a2sql's errors name that setting when a prepared statement
+went missing (a2sql.core.errors.POOLER_HINT).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, Engine, event
+from sqlalchemy import Engine, event
 from sqlalchemy.pool import ConnectionPoolEntry
-
-# psycopg's threshold of a connection that never prepares statements.
-UNPREPARED = None
 
 # Key in the pool's ``info`` of a driver connection: whether it goes through a pooler.
 _BEHIND_POOLER = "a2sql_behind_pooler"
@@ -46,39 +42,6 @@ def answered_by_pooler(backend_pid: int, driver: Any) -> bool:
     return bool(backend_pid != driver.info.backend_pid)
 
 
-def decide_at_connect(engine: Engine) -> None:
-    """On an engine a2sql creates: each connection asks once, as it opens, whether it goes
-    through a pooler, and there never prepares a statement, whoever runs it: a2sql, or
-    the application on the store's connection (``store.begin()``, a transactional
-    handler's own writes). On an engine the application passes in, a2sql leaves the
-    setting alone (and turns preparation off around its own statements only:
-    ``unprepared_behind_pooler``).
-
-    A pool event, which leaves the engine unobserved (a2sql.execution.raw.observed);
-    on a driver that never prepares (SQLite) it asks nothing."""
-
-    def connect(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
-        def scalar(sql: str) -> Any:
-            cursor = dbapi_connection.cursor()
-            try:
-                cursor.execute(sql)
-                return cursor.fetchone()[0]
-            finally:
-                cursor.close()
-                dbapi_connection.rollback()  # the SELECT began a transaction
-
-        # Never restored: the connection is the engine's, a2sql's own.
-        unprepare(record.info, record.driver_connection, scalar)
-
-    event.listen(engine, "connect", connect)
-
-
-def implicit_at(default_isolation: str) -> bool:
-    """Whether a pipeline's statements may go without BEGIN and COMMIT at the session's
-    ``default_transaction_isolation``: their implicit transaction must be READ COMMITTED."""
-    return default_isolation == "read committed"
-
-
 def behind_pooler(info: dict[Any, Any], driver: Any, scalar: Callable[[str], Any]) -> bool:
     """Whether the psycopg connection ``driver`` reaches PostgreSQL through a pooler;
     asked of the server once per connection (``info``: the pool's dictionary of it),
@@ -89,6 +52,12 @@ def behind_pooler(info: dict[Any, Any], driver: Any, scalar: Callable[[str], Any
             scalar("SELECT pg_backend_pid()"), driver
         )
     return bool(behind)
+
+
+def implicit_at(default_isolation: str) -> bool:
+    """Whether a pipeline's statements may go without BEGIN and COMMIT at the session's
+    ``default_transaction_isolation``: their implicit transaction must be READ COMMITTED."""
+    return default_isolation == "read committed"
 
 
 def implicit_transactions(info: dict[Any, Any], driver: Any, scalar: Callable[[str], Any]) -> bool:
@@ -110,36 +79,28 @@ def implicit_transactions(info: dict[Any, Any], driver: Any, scalar: Callable[[s
     return bool(implicit)
 
 
-def unprepare(info: dict[Any, Any], driver: Any, scalar: Callable[[str], Any]) -> Any:
-    """Turn server-side preparation off on ``driver`` if it goes through a pooler.
+def decide_at_connect(engine: Engine) -> None:
+    """On an engine a2sql creates (psycopg's): each connection asks once, as it opens,
+    whether it goes through a pooler, and there never prepares a statement, whoever
+    runs it.
 
-    Returns the threshold to put back after a2sql's statements (``restore``),
-    ``UNPREPARED`` when nothing changed: on SQLite, on a connection that never
-    prepares, and on a direct one.
-    """
-    threshold = getattr(driver, "prepare_threshold", UNPREPARED)
-    if threshold is UNPREPARED or not behind_pooler(info, driver, scalar):
-        return UNPREPARED
-    driver.prepare_threshold = UNPREPARED
-    return threshold
+    A pool event, which leaves the engine unobserved (a2sql.execution.raw.observed)."""
 
+    def connect(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+        driver: Any = record.driver_connection
+        if getattr(driver, "prepare_threshold", None) is None:
+            return  # a driver that never prepares (SQLite), or told not to
 
-def restore(driver: Any, threshold: Any) -> None:
-    """Put back the threshold ``unprepare`` changed."""
-    if threshold is not UNPREPARED:
-        driver.prepare_threshold = threshold
+        def scalar(sql: str) -> Any:
+            cursor = dbapi_connection.cursor()
+            try:
+                cursor.execute(sql)
+                return cursor.fetchone()[0]
+            finally:
+                cursor.close()
+                dbapi_connection.rollback()  # the SELECT began a transaction
 
+        if behind_pooler(record.info, driver, scalar):
+            driver.prepare_threshold = None  # for good: the connection is a2sql's engine's
 
-@contextmanager
-def unprepared_behind_pooler(connection: Connection) -> Iterator[None]:
-    """``unprepare`` for a2sql's statements on ``connection``, ``restore`` after."""
-
-    def scalar(sql: str) -> Any:
-        return connection.exec_driver_sql(sql).scalar()
-
-    driver = connection.connection.driver_connection
-    threshold = unprepare(connection.connection.info, driver, scalar)
-    try:
-        yield
-    finally:
-        restore(driver, threshold)
+    event.listen(engine, "connect", connect)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import suppress
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, cast
 
 from sqlalchemy import Engine
@@ -317,7 +316,6 @@ class RawTransaction:
         "_held",
         "_implicit",
         "_pooled",
-        "_threshold",
         "_unbegun",
         "commits_later",
         "sends_begin",
@@ -337,9 +335,6 @@ class RawTransaction:
         # Whether a transaction sent whole may go without BEGIN and COMMIT
         # (a2sql.execution.pooler.implicit_transactions; PostgreSQL, from ``begin``).
         self._implicit = False
-        # The prepare threshold to put back (psycopg), if a2sql changed it
-        # (a2sql.execution.pooler).
-        self._threshold: Any = preparation.UNPREPARED
         # Whether whoever runs the transaction commits it (or rolls it back)
         # itself: an AsyncStore's hand-off decides at the end, so that a call
         # cancelled while any statement waits commits nothing (a2sql.execution.threads).
@@ -361,7 +356,6 @@ class RawTransaction:
             return
         connection: Any = self._pooled.dbapi_connection
         info = self._pooled.info
-        self._threshold = preparation.unprepare(info, connection, self.scalar)
         self._implicit = preparation.implicit_transactions(info, connection, self.scalar)
 
     def commit(self) -> None:
@@ -489,11 +483,6 @@ class RawTransaction:
         prepared = self._prepare(statement)
         assert prepared.shapes is None, "executemany takes no expanding parameters"
         self.send(prepared.sql, [prepared.arguments(params)[1] for params in many], many=True)
-
-    def close(self) -> None:
-        if self._threshold is not preparation.UNPREPARED:
-            with suppress(Exception):  # a lost connection is not reused
-                preparation.restore(self._pooled.dbapi_connection, self._threshold)
 
     def scalar(self, sql: str) -> Any:
         """The first column of the first row of SQL text (``None`` without rows)."""

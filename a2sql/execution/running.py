@@ -19,7 +19,6 @@ from sqlalchemy.exc import DBAPIError
 
 from a2sql.core.errors import is_event_id_collision
 from a2sql.execution.callers import check_connection, refusal
-from a2sql.execution.pooler import unprepared_behind_pooler
 from a2sql.execution.raw import Params
 from a2sql.plans.kinds import Context, OneStatement, Plan
 from a2sql.sql.executor import ConnectionExecutor, Transaction
@@ -112,8 +111,7 @@ def collisions(built: Sequence[OneStatement[Any]]) -> Iterator[None]:
 def run_own_transaction(connection: Connection, ctx: Context, call: Plan[T]) -> T:
     """``run_in_transaction`` in a transaction a2sql began itself with ``connection.begin()``."""
     ctx.backend.begin_own(connection, read_only=call.read_only, busy_timeout_ms=ctx.lock_timeout_ms)
-    with unprepared_behind_pooler(connection):
-        return run_in_transaction(ConnectionExecutor(connection), ctx, call)
+    return run_in_transaction(ConnectionExecutor(connection), ctx, call)
 
 
 def run_in_savepoint(connection: Connection, ctx: Context, call: Plan[T]) -> T:
@@ -127,7 +125,7 @@ def run_in_savepoint(connection: Connection, ctx: Context, call: Plan[T]) -> T:
     try:
         if not call.read_only:
             ctx.backend.hold_write_lock(connection, busy_timeout_ms=ctx.lock_timeout_ms)
-        with unprepared_behind_pooler(connection), connection.begin_nested():
+        with connection.begin_nested():
             if call.lock_session is not None:
                 # The caller's own lock timeout applies; the lock statement
                 # checks the transaction's isolation level.

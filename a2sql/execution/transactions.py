@@ -22,7 +22,6 @@ from sqlalchemy import Engine
 from a2sql.backends import backend_of
 from a2sql.backends.sqlite_file import DatabaseFile
 from a2sql.execution import forks
-from a2sql.execution.pooler import unprepared_behind_pooler
 from a2sql.execution.raw import KeptConnection, RawTransaction, can_run_directly, observed
 from a2sql.sql.executor import ConnectionExecutor, Transaction
 
@@ -118,8 +117,7 @@ class TransactionRunner:
             backend.begin_own(
                 connection, read_only=read_only, busy_timeout_ms=self._lock_timeout_ms
             )
-            with unprepared_behind_pooler(connection):
-                return body(ConnectionExecutor(connection), context, call)
+            return body(ConnectionExecutor(connection), context, call)
 
     def _run_direct(
         self,
@@ -131,20 +129,17 @@ class TransactionRunner:
         read_only: bool,
     ) -> T:
         tx = RawTransaction(self._engine, held)
+        self._backend.prepare_driver_connection(
+            held.pooled.info, tx.scalar, busy_timeout_ms=self._lock_timeout_ms
+        )
+        tx.begin(read_only=read_only)
         try:
-            self._backend.prepare_driver_connection(
-                held.pooled.info, tx.scalar, busy_timeout_ms=self._lock_timeout_ms
-            )
-            tx.begin(read_only=read_only)
-            try:
-                result = body(tx, context, call)
-                tx.commit()
-            except BaseException:
-                tx.rollback()
-                raise
-            return result
-        finally:
-            tx.close()
+            result = body(tx, context, call)
+            tx.commit()
+        except BaseException:
+            tx.rollback()
+            raise
+        return result
 
     def close(self) -> None:
         """Give every idle connection back to the pool; later ones go straight back too."""
