@@ -57,6 +57,12 @@ class Settling(Generic[T]):
                     self._hold(error)
                 continue
             # A future: the coroutine resumes once it is done, as under a task.
+            # ``_asyncio_future_blocking`` is asyncio's own flag (undocumented) by which
+            # a future yielded from ``await`` asks its task to wait for it; a Task
+            # clears it, and so must whatever steps a coroutine in a task's stead.
+            # The public way, a task of its own and ``asyncio.shield``, costs two more
+            # turns of the loop per call. Pinned by tests/internals/test_async_onloop.py
+            # (the settling tests), which fail if asyncio changes it.
             waited._asyncio_future_blocking = False
             while not waited.done():
                 stand_in = waited.get_loop().create_future()
