@@ -255,7 +255,7 @@ class OnLoop:
         assert call.one_statement is not None
         lock, then = lock_statements(ctx, call, commits=True)
         fused = call.one_statement()
-        with collisions([fused]):
+        with collisions(fused):
             rows = await held.pipeline(
                 self._engine, self._dialect, lock, fused.statement, fused.params, then
             )

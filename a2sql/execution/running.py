@@ -10,7 +10,7 @@ taken), in a transaction of its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -54,7 +54,7 @@ def _sent_whole(connection: Transaction, ctx: Context, call: Plan[T]) -> T:
     commit = not connection.commits_later
     lock, then = lock_statements(ctx, call, commits=commit)
     fused = call.one_statement()
-    with collisions([fused]):
+    with collisions(fused):
         rows = connection.pipeline(lock, (fused.statement, fused.params), commit=commit, then=then)
     result = fused.answer(rows)
     if result is not None:
@@ -89,7 +89,7 @@ def _run_locked(connection: Transaction, call: Plan[T]) -> T:
     """The call, the session's lock taken: its fused statement first when it has one."""
     if call.one_statement is not None:
         fused = call.one_statement()
-        with collisions([fused]):
+        with collisions(fused):
             result = fused.answer(connection.rows(fused.statement, fused.params))
         if result is not None:
             return result
@@ -97,15 +97,14 @@ def _run_locked(connection: Transaction, call: Plan[T]) -> T:
 
 
 @contextmanager
-def collisions(built: Sequence[OneStatement[Any]]) -> Iterator[None]:
-    """A hit on the unique event id index as the fused call's own error, if it has one
-    (``built``: the fused statement, once it is built)."""
+def collisions(fused: OneStatement[Any]) -> Iterator[None]:
+    """A hit on the unique event id index as the fused call's own error, if it has one."""
     try:
         yield
     except DBAPIError as error:
-        if not built or built[0].collided is None or not is_event_id_collision(error):
+        if fused.collided is None or not is_event_id_collision(error):
             raise
-        raise built[0].collided(error) from None
+        raise fused.collided(error) from None
 
 
 def run_own_transaction(connection: Connection, ctx: Context, call: Plan[T]) -> T:
