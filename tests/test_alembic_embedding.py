@@ -180,12 +180,9 @@ def _documented_env_py() -> str:
     return match.group(1)
 
 
-def test_the_documented_env_py_runs_on_a_fresh_checkout(url: str, tmp_path: Path) -> None:
-    """docs/migrations.md's whole env.py, in an application folder as a fresh checkout has
-    it: `alembic upgrade head` brings a2sql and the app to their heads on the database
-    ``create_store()`` opens there. SQLite: no A2SQL_DATABASE_URL and no .a2/ yet (the
-    default sqlite:///.a2/dev.db is made); PostgreSQL: A2SQL_DATABASE_URL."""
-    app = tmp_path / "checkout"
+def documented_checkout(app: Path) -> Path:
+    """An application folder as a fresh checkout has it, with docs/migrations.md's whole
+    env.py, its models and one revision of its own."""
     (app / "alembic" / "versions").mkdir(parents=True)
     (app / "myapp").mkdir()
     (app / "myapp" / "__init__.py").write_text("")
@@ -194,20 +191,28 @@ def test_the_documented_env_py_runs_on_a_fresh_checkout(url: str, tmp_path: Path
     (app / "alembic" / "env.py").write_text(_documented_env_py())
     (app / "alembic" / "script.py.mako").write_text("")
     (app / "alembic" / "versions" / "app_0001.py").write_text(APP_REVISION)
+    return app
+
+
+def run_alembic(app: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``alembic ARGS`` in the application folder ``app``, with ``env`` as its environment."""
+    return subprocess.run(
+        [ALEMBIC, *args], cwd=app, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_the_documented_env_py_runs_on_a_fresh_checkout(url: str, tmp_path: Path) -> None:
+    """docs/migrations.md's whole env.py, in an application folder as a fresh checkout has
+    it: `alembic upgrade head` brings a2sql and the app to their heads on the database
+    ``create_store()`` opens there. SQLite: no A2SQL_DATABASE_URL and no .a2/ yet (the
+    default sqlite:///.a2/dev.db is made); PostgreSQL: A2SQL_DATABASE_URL."""
+    app = documented_checkout(tmp_path / "checkout")
     env = {k: v for k, v in os.environ.items() if k != "A2SQL_DATABASE_URL"}
     if make_url(url).get_backend_name() == "sqlite":
         url = f"sqlite:///{app / '.a2' / 'dev.db'}"
     else:
         env["A2SQL_DATABASE_URL"] = url
-    upgraded = subprocess.run(
-        [ALEMBIC, "upgrade", "head"],
-        cwd=app,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    upgraded = run_alembic(app, env, "upgrade", "head")
     assert upgraded.returncode == 0, upgraded.stderr
     assert "Running upgrade  -> app_0001" in upgraded.stderr
     assert _version(url, "alembic_version") == ["app_0001"]

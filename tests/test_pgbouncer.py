@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +72,15 @@ def database(postgres_server: URL | str) -> Iterator[Pooled]:
         with admin.connect() as connection:
             connection.execute(text(f'drop database if exists "{name}" with (force)'))
         admin.dispose()
+
+
+def in_threads(work: Callable[[int], None], count: int) -> None:
+    """``work(0)`` … ``work(count - 1)`` at once, each in a thread; back when all are done."""
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def cycles(url: str, own_engine: bool, count: int) -> list[str]:
@@ -153,11 +162,7 @@ def test_the_applications_statements_on_a_stores_connections_never_prepare_behin
                 except Exception as error:  # what the application would meet
                     errors.append(f"{type(error).__name__}: {error}")
 
-        threads = [threading.Thread(target=write, args=(k,)) for k in range(6)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        in_threads(write, 6)
         with store.begin() as connection:
             written = connection.execute(text("select count(*) from app_usage")).scalar_one()
     assert errors == [], f"{len(errors)} of 240 transactions failed: {errors[:3]}"
@@ -187,11 +192,7 @@ def test_an_application_engine_is_left_as_it_is_and_its_failure_names_the_settin
                     except A2Error as error:
                         failures.append(error)
 
-            threads = [threading.Thread(target=write, args=(k,)) for k in range(4)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            in_threads(write, 4)
             with engine.connect() as connection:
                 driver = connection.connection.driver_connection
                 assert driver.prepare_threshold == 5  # type: ignore[union-attr]
@@ -408,15 +409,7 @@ def test_the_documented_alembic_env_upgrades_again_and_again_through_the_pooler(
     connections, where a run before left what it prepared. With the engine's
     connections left to prepare (a2sql.execution.pooler.decide_at_connect undone), the
     run after `check` fails with ``DuplicatePreparedStatement``."""
-    app = tmp_path / "checkout"
-    (app / "alembic" / "versions").mkdir(parents=True)
-    (app / "myapp").mkdir()
-    (app / "myapp" / "__init__.py").write_text("")
-    (app / "myapp" / "models.py").write_text(embedding.MODELS_PY)
-    (app / "alembic.ini").write_text(embedding.APP_ALEMBIC_INI)
-    (app / "alembic" / "env.py").write_text(embedding._documented_env_py())
-    (app / "alembic" / "script.py.mako").write_text("")
-    (app / "alembic" / "versions" / "app_0001.py").write_text(embedding.APP_REVISION)
+    app = embedding.documented_checkout(tmp_path / "checkout")
     env = {**os.environ, "A2SQL_DATABASE_URL": database.pooled}
     for command in (
         ["upgrade", "head"],
@@ -424,15 +417,7 @@ def test_the_documented_alembic_env_upgrades_again_and_again_through_the_pooler(
         ["upgrade", "head"],
         ["downgrade", "base"],
     ) * 2 + (["upgrade", "head"],):
-        ran = subprocess.run(
-            [embedding.ALEMBIC, *command],
-            cwd=app,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        ran = embedding.run_alembic(app, env, *command)
         assert ran.returncode == 0, f"alembic {' '.join(command)}: {ran.stderr}"
     with a2sql.create_store(database.direct, migrate=False) as store, store.begin() as connection:
         assert connection.execute(text("select version_num from alembic_version")).scalar_one() == (
