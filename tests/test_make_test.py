@@ -26,7 +26,10 @@ from tests.conftest import _unavailable
 pytestmark = pytest.mark.postgres
 
 ROOT = Path(__file__).resolve().parent.parent
-THROUGH_PGBOUNCER = "tests/test_pgbouncer.py::test_an_application_engine_keeps_its_own_preparation"
+THROUGH_PGBOUNCER = (
+    "tests/test_pgbouncer.py::"
+    "test_an_application_engine_is_left_as_it_is_and_its_failure_names_the_setting"
+)
 # What the outer run was given would be used as is by the inner one.
 OUTER_SETTINGS = ("A2SQL_TEST_PGBOUNCER_URL", "PGBOUNCER_PORT_FOR_TESTS", "PGBOUNCER_DIR_FOR_TESTS")
 
