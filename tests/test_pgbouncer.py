@@ -203,6 +203,30 @@ def test_an_application_engine_is_left_as_it_is_and_its_failure_names_the_settin
     assert all("connect_args={'prepare_threshold': None}" in f.message for f in failures)
 
 
+def test_behind_the_pooler_a2sql_names_no_statement_of_its_own_whatever_the_engine(
+    database: Pooled,
+) -> None:
+    """On an application's engine without the setting, a2sql's hot writes still prepare
+    nothing under names of their own (``a2sql_N``, the same in every process): behind a
+    pooler, another client's statement of that name would run with their arguments. The
+    connection found behind the pooler at the store's first transaction keeps that."""
+    engine = create_engine(database.pooled, pool_size=1, max_overflow=0)
+    try:
+        with a2sql.create_store(engine, migrate=False) as store:
+            for n in range(10):
+                store.append("s", [NewEvent("t", n)])
+                [event] = store.claim_available("s", holder="w", ttl_ms=60_000).events
+                store.complete_attempt(
+                    "s", index=event.index, attempt=event.attempt_count, events=[]
+                )
+        with engine.connect() as connection:
+            info = connection.connection.info
+            assert info.get("a2sql_behind_pooler") is True
+            assert not info.get("a2sql_wire_prepared"), info.get("a2sql_wire_prepared")
+    finally:
+        engine.dispose()
+
+
 def test_async_store_through_a_transaction_pooler(database: Pooled) -> None:
     """Eight tasks of one AsyncStore through PgBouncer: every cycle succeeds."""
 

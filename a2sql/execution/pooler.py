@@ -54,6 +54,13 @@ def behind_pooler(info: dict[Any, Any], driver: Any, scalar: Callable[[str], Any
     return bool(behind)
 
 
+def known_behind_pooler(info: dict[Any, Any]) -> bool:
+    """Whether the connection whose pool dictionary is ``info`` was found to go through a
+    pooler (``behind_pooler`` asked, as a connection of a2sql's engines opens and at a
+    store's first transaction on any connection)."""
+    return bool(info.get(_BEHIND_POOLER))
+
+
 def implicit_at(default_isolation: str) -> bool:
     """Whether a pipeline's statements may go without BEGIN and COMMIT at the session's
     ``default_transaction_isolation``: their implicit transaction must be READ COMMITTED."""

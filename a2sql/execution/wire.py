@@ -47,6 +47,8 @@ import psycopg
 from psycopg import errors, pq
 from psycopg.adapt import PyFormat, Transformer
 
+from a2sql.execution.pooler import known_behind_pooler
+
 Row = tuple[Any, ...]
 
 # Whether libpq can close a prepared statement in a pipeline (PQsendClosePrepared).
@@ -152,6 +154,7 @@ class Wire:
         "_rows",
         "_sent_again",
         "_tx",
+        "_unnamed",
     )
 
     def __init__(self, driver: Any, info: dict[Any, Any]) -> None:
@@ -159,6 +162,10 @@ class Wire:
         self._pgconn: Any = driver.pgconn
         self._tx = Transformer(driver)
         self._encoding = self._tx.encoding
+        # Behind a pooler, never a name of a2sql's own, whatever the connection's
+        # threshold (an application's engine without the setting the docs name):
+        # another client's statement of that name would run with these arguments.
+        self._unnamed = known_behind_pooler(info)
         prepared = info.get(_PREPARED_KEY)
         if prepared is None:
             prepared = info[_PREPARED_KEY] = {}
@@ -231,7 +238,7 @@ class Wire:
         if not self._batch:
             self._contained = self._pgconn.transaction_status == pq.TransactionStatus.IDLE
         # BEGIN and COMMIT (bytes) cost nothing to parse: they go unnamed.
-        prepare = bool(names) and self._driver.prepare_threshold is not None
+        prepare = bool(names) and not self._unnamed and self._driver.prepare_threshold is not None
         answer = _BEST_EFFORT if best_effort else _FETCH if fetch else _DISCARD
         self._queue(_Queued(query, params, answer, prepare))
 
