@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,9 @@ from sqlalchemy import URL, NullPool, create_engine, make_url, text
 
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent
+from a2sql.execution import wire
 from a2sql.execution.engines import resolve_url
+from a2sql.execution.pooler import known_behind_pooler
 from tests import test_alembic_embedding as embedding
 from tests.conftest import _unavailable
 
@@ -221,8 +224,8 @@ def test_behind_the_pooler_a2sql_names_no_statement_of_its_own_whatever_the_engi
                 )
         with engine.connect() as connection:
             info = connection.connection.info
-            assert info.get("a2sql_behind_pooler") is True
-            assert not info.get("a2sql_wire_prepared"), info.get("a2sql_wire_prepared")
+            assert known_behind_pooler(info)
+            assert not info.get(wire._PREPARED_KEY), info.get(wire._PREPARED_KEY)
     finally:
         engine.dispose()
 
@@ -304,10 +307,7 @@ def test_transactional_workers_in_six_processes_through_the_pooler_handle_each_e
     context = multiprocessing.get_context("spawn")
     with context.Pool(PROCESSES) as pool:
         outcomes = pool.map(transactional_worker, [database.pooled] * PROCESSES)
-    ended: dict[str, int] = {}
-    for counts in outcomes:
-        for outcome, count in counts.items():
-            ended[outcome] = ended.get(outcome, 0) + count
+    ended = sum((Counter(counts) for counts in outcomes), Counter())
     assert ended == {"completed": 1_000}, ended
     with a2sql.create_store(database.direct, migrate=False) as store:
         with store.begin() as connection:
