@@ -44,7 +44,10 @@ def minutes(n: float) -> datetime:
     return T0 + timedelta(minutes=n)
 
 
-_EVENT_DEFAULTS: dict[str, Any] = {column.name: None for column in events.columns} | {
+# The columns a2_events had before revision 0004 added wake_on: the seed's own.
+SEED_COLUMNS = [column for column in events.columns if column.name != "wake_on"]
+
+_EVENT_DEFAULTS: dict[str, Any] = {column.name: None for column in SEED_COLUMNS} | {
     "lane_ready": False,
     "attempt_count": 0,
     "failure_count": 0,
@@ -167,7 +170,11 @@ def all_rows(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
         return {
             table.name: [
                 tuple(row)
-                for row in connection.execute(select(table).order_by(*table.primary_key.columns))
+                for row in connection.execute(
+                    select(*(SEED_COLUMNS if table is events else table.columns)).order_by(
+                        *table.primary_key.columns
+                    )
+                )
             ]
             for table in (events, snapshots, presence)
         }
@@ -285,7 +292,10 @@ def _seed_rows(path: Path) -> list[tuple[Any, ...]]:
     """Every event as stored, in the seed's representation (ms integers, JSON text)."""
     connection = sqlite3.connect(path)
     try:
-        return connection.execute("select * from a2_events order by session_id, idx").fetchall()
+        columns = ", ".join(column.name for column in SEED_COLUMNS)
+        return connection.execute(
+            f"select {columns} from a2_events order by session_id, idx"
+        ).fetchall()
     finally:
         connection.close()
 

@@ -109,6 +109,7 @@ def test_partial_indexes_exist_with_their_predicates(migrated: Connection) -> No
             False,
             DISPATCHABLE,
         ),
+        "a2_events_waiting": (["session_id", "wake_on", "idx"], False, "(wake_on IS NOT NULL)"),
     }
     for name, (index_columns, unique, predicate) in expected.items():
         assert name in found, f"index {name} is missing"
@@ -210,11 +211,14 @@ def test_lane_ready_is_boolean_not_null(migrated: Connection) -> None:
 
 
 def test_every_column_is_typed_and_nullable_as_on_sqlite(migrated: Connection) -> None:
-    """The column set and NOT NULL flags equal the SQLite baseline's, table by table."""
+    """The column set and NOT NULL flags equal the SQLite baseline's, table by table, with
+    the nullable column revision 0004 adds to a2_events."""
     found = columns(migrated)
     baseline = migrate.baseline_sqlite_signature()
+    added = {"a2_events": {"wake_on": False}}
     for table, described in baseline.items():
         expected = {name: notnull for name, _decl, notnull, _default, _pk in described["columns"]}
+        expected |= added.get(table, {})
         have = {
             name: column["is_nullable"] == "NO"
             for (table_name, name), column in found.items()

@@ -31,6 +31,7 @@ ALEMBIC = Path(sys.executable).parent / "alembic"
 DISPATCH_AGE = "a2_events_dispatch_age"
 DISPATCHABLE = "lane_ready = 1 and processed_at is null and failed_at is null"
 RETIRED_ATTEMPTS = "a2_retired_attempts"
+WAITING = "a2_events_waiting"
 
 
 def seed_schema() -> str:
@@ -174,15 +175,17 @@ def test_migrated_sqlite_schema_equals_the_seed_ddl(
         assert ours[table] == seed[table], f"table {table} differs from the seed's"
 
 
-def test_head_is_the_seed_ddl_plus_the_dispatch_age_index_and_retired_attempts(
+def test_head_is_the_seed_ddl_plus_a2sqls_indexes_table_and_column(
     seed_file: Path, head_file: Path, connect: Any
 ) -> None:
-    """`alembic upgrade head` on SQLite yields the seed's DDL plus exactly one index:
+    """`alembic upgrade head` on SQLite yields the seed's DDL plus: one index,
     a2_events_dispatch_age on (created_at, session_id, claim_expires_at), partial on
-    the dispatchable events; and one strict table, a2_retired_attempts (session_id
-    text key, last_attempt integer); no other table, column, index, trigger or view
-    differs."""
-    assert migrations.head_revision() == "0003_retired_attempts"
+    the dispatchable events (0002); one strict table, a2_retired_attempts (session_id
+    text key, last_attempt integer) (0003); one nullable column at the end of
+    a2_events, wake_on, and its index a2_events_waiting on (session_id, wake_on, idx),
+    partial on the rows that have it (0004). No other table, column, index, trigger
+    or view differs."""
+    assert migrations.head_revision() == "0004_wake_on"
     assert _version(head_file) == [migrations.head_revision()]
     seed, head = describe(connect(seed_file)), describe(connect(head_file))
     assert head.pop(RETIRED_ATTEMPTS) == {
@@ -215,8 +218,20 @@ def test_head_is_the_seed_ddl_plus_the_dispatch_age_index_and_retired_attempts(
         "partial": True,
         "where": DISPATCHABLE,
     }
+    assert head["a2_events"]["indexes"].pop(WAITING) == {
+        "columns": [
+            ("session_id", False, "BINARY"),
+            ("wake_on", False, "BINARY"),
+            ("idx", False, "BINARY"),
+        ],
+        "unique": False,
+        "origin": "c",
+        "partial": True,
+        "where": "wake_on is not null",
+    }
+    assert head["a2_events"]["columns"].pop() == ("wake_on", "text", False, None, 0, 0)
     for table in seed:
-        assert head[table] == seed[table], f"table {table} differs from the seed's beyond 0002"
+        assert head[table] == seed[table], f"table {table} differs from the seed's"
 
 
 def test_seed_ddl_has_strict_tables_and_partial_indexes(seed_file: Path, connect: Any) -> None:
@@ -245,7 +260,8 @@ def test_sqlite_schema_signature_agrees_for_seed_and_migrated_files(
     seed_file: Path, alembic_file: Path, head_file: Path
 ) -> None:
     """a2sql's own signature of the seed file equals that of the baseline revision, and
-    tells head apart from it by the index 0002 adds and the table 0003 adds (so
+    tells head apart from it by the index 0002 adds, the table 0003 adds and the
+    column and index 0004 adds (so
     adoption, which compares signatures, takes a seed file for 0001 and never for
     head)."""
     seed, baseline = _signature(seed_file), _signature(alembic_file)
@@ -262,6 +278,9 @@ def test_sqlite_schema_signature_agrees_for_seed_and_migrated_files(
     }
     added = head["a2_events"]["indexes"].pop(DISPATCH_AGE)
     assert added == (["created_at", "session_id", "claim_expires_at"], False, DISPATCHABLE)
+    waiting = head["a2_events"]["indexes"].pop(WAITING)
+    assert waiting == (["session_id", "wake_on", "idx"], False, "wake_on is not null")
+    assert head["a2_events"]["columns"].pop() == ("wake_on", "text", False, None, 0)
     assert head == baseline
 
 

@@ -25,6 +25,7 @@ from a2sql.core.errors import DRIVER_FAILURES, closed_store, from_driver_error, 
 from a2sql.core.records import (
     JSON,
     AppendResult,
+    CancelResult,
     ClaimRef,
     ClaimResult,
     CompleteResult,
@@ -42,6 +43,7 @@ from a2sql.core.records import (
     RetryResult,
     SessionPage,
     SessionSummary,
+    SignalResult,
     SkipResult,
     SnapshotInfo,
     StateRead,
@@ -211,6 +213,19 @@ class AsyncOperations:
         return await self._run(
             operations.put_snapshot(self._ctx, session_id, reducer_name, index, state)
         )
+
+    # --- time and control -----------------------------------------------------------
+
+    async def signal(
+        self, session_id: str, name: str, payload: JSON = None, *, id: str | None = None
+    ) -> SignalResult:
+        """Send the signal ``name`` to the session, waking its events waiting for it
+        (``Store.signal``)."""
+        return await self._run(operations.signal(self._ctx, session_id, name, payload, id))
+
+    async def cancel_session(self, session_id: str, *, reason: str) -> CancelResult:
+        """Mark every unprocessed event of the session processed (``Store.cancel_session``)."""
+        return await self._run(operations.cancel_session(self._ctx, session_id, reason))
 
     # --- operators' repairs and retention -----------------------------------------
 

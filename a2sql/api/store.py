@@ -19,6 +19,7 @@ from a2sql.core.errors import DRIVER_FAILURES, closed_store, from_driver_error, 
 from a2sql.core.records import (
     JSON,
     AppendResult,
+    CancelResult,
     ClaimRef,
     ClaimResult,
     CompleteResult,
@@ -36,6 +37,7 @@ from a2sql.core.records import (
     RetryResult,
     SessionPage,
     SessionSummary,
+    SignalResult,
     SkipResult,
     SnapshotInfo,
     StateRead,
@@ -189,6 +191,33 @@ class Operations:
     def put_snapshot(self, session_id: str, reducer_name: str, index: int, state: JSON) -> None:
         """Store a reducer's state up to ``index``, unless a later snapshot is stored."""
         return self._run(operations.put_snapshot(self._ctx, session_id, reducer_name, index, state))
+
+    # --- time and control -----------------------------------------------------------
+
+    def signal(
+        self, session_id: str, name: str, payload: JSON = None, *, id: str | None = None
+    ) -> SignalResult:
+        """Send the signal ``name`` to the session: wake its events waiting for it.
+
+        In one transaction: appends a settled event of type ``name`` with
+        ``payload`` (idempotent by ``id``, as any append), and makes every event of
+        the session appended with ``wake_on=name``, and still waiting, claimable at
+        once (``SignalResult.woken``). An event appended later to wait for ``name``
+        is woken at once by this signal if it came after the event's cause (any
+        signal of that name, for an event without a cause): no wake-up is lost.
+        """
+        return self._run(operations.signal(self._ctx, session_id, name, payload, id))
+
+    def cancel_session(self, session_id: str, *, reason: str) -> CancelResult:
+        """Stop the session's work: every unprocessed event becomes processed.
+
+        Ready, claimed, waiting, scheduled and dead-lettered events alike are
+        marked processed without an attempt, as ``skip_event`` marks one, with
+        ``reason`` in ``last_error``; their claims are released, so a worker's
+        live attempt is ``superseded`` at its next completion or failure and
+        stopped at its next renewal. Events appended afterwards are new work.
+        """
+        return self._run(operations.cancel_session(self._ctx, session_id, reason))
 
     # --- operators' repairs and retention -----------------------------------------
 

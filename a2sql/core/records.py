@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal, TypeAlias
+
+# Where a waiting event without a timeout keeps its claim expiry (so that any claim
+# query, the seed's included, leaves it alone): no ``available_at`` may reach it.
+NO_TIMEOUT = datetime(9999, 1, 1, tzinfo=UTC)
 
 JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
 
@@ -28,7 +32,14 @@ class EventCause:
 
 @dataclass(frozen=True, slots=True)
 class NewEvent:
-    """An event to append. ``id`` defaults to a generated one; ``settled`` stores it processed."""
+    """An event to append. ``id`` defaults to a generated one; ``settled`` stores it processed.
+
+    ``available_at``: not claimable before that time (a later run; in a lane it holds
+    the lane until then). ``wake_on``: not claimable until a signal of that name
+    reaches the session (``Store.signal``), or until ``available_at`` passes (its
+    timeout; without one it waits for the signal alone). A settled event takes
+    neither.
+    """
 
     type: str
     payload: JSON = None
@@ -36,6 +47,8 @@ class NewEvent:
     cause: EventCause | None = None
     lane: str | None = None
     settled: bool = False
+    available_at: datetime | None = None
+    wake_on: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +94,34 @@ class StoredEvent:
     failed_at: datetime | None
     claim_holder: str | None
     claim_expires_at: datetime | None
+    wake_on: str | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the event waits for the signal ``wake_on`` (``Store.signal``): unprocessed,
+        never claimed and not woken yet. ``wait_until`` is its timeout."""
+        return (
+            self.wake_on is not None and self.processed_at is None and self.first_claimed_at is None
+        )
+
+    @property
+    def is_signal(self) -> bool:
+        """Whether the event is a signal's own (``Store.signal``): its type the signal's
+        name, settled when appended."""
+        return (
+            self.wake_on is not None
+            and self.processed_at is not None
+            and self.first_claimed_at is None
+            and self.processed_by_attempt is None
+        )
+
+    @property
+    def wait_until(self) -> datetime | None:
+        """A waiting event's timeout, when it becomes claimable without a signal; ``None``
+        when it waits for the signal alone, or does not wait."""
+        if not self.waiting or self.claim_expires_at is None:
+            return None
+        return None if self.claim_expires_at >= NO_TIMEOUT else self.claim_expires_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +314,23 @@ class SkipResult:
     """``skip_event``: ``skipped``, or ``already_processed`` (nothing changed)."""
 
     outcome: SkipOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class SignalResult:
+    """``signal``: the signal's event (settled, of the signal's type), and the indexes of
+    the waiting events it woke, in index order. A replay (the same id) wakes nothing."""
+
+    event: StoredEvent
+    woken: list[int]
+    replayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """``cancel_session``: how many unprocessed events it marked processed."""
+
+    cancelled: int
 
 
 @dataclass(frozen=True, slots=True)

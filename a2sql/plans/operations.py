@@ -17,7 +17,9 @@ from a2sql.core import arguments as validate
 from a2sql.core.errors import invalid
 from a2sql.core.records import (
     JSON,
+    NO_TIMEOUT,
     AppendResult,
+    CancelResult,
     ClaimRef,
     ClaimResult,
     CompleteResult,
@@ -36,6 +38,7 @@ from a2sql.core.records import (
     RetryResult,
     SessionPage,
     SessionSummary,
+    SignalResult,
     SkipResult,
     SnapshotInfo,
     StateRead,
@@ -48,6 +51,7 @@ from a2sql.sql.executor import Transaction
 from a2sql.sql.queries import append as append_ops
 from a2sql.sql.queries import attempts as attempt_ops
 from a2sql.sql.queries import claims as claim_ops
+from a2sql.sql.queries import control as control_ops
 from a2sql.sql.queries import dispatch as dispatch_ops
 from a2sql.sql.queries import operator_reads as inspect_ops
 from a2sql.sql.queries import presence as presence_ops
@@ -90,6 +94,9 @@ def _valid_events(
             _valid_cause(cause, f"{where}.cause")
         if not isinstance(event.settled, bool):
             raise invalid(f"{where}.settled", "must be a bool")
+        available_at = wake_on = None
+        if event.available_at is not None or event.wake_on is not None:
+            available_at, wake_on = _valid_timing(event, where)
         valid.append(
             ValidEvent(  # positional: a named tuple takes keywords more slowly
                 validate.name(event.type, f"{where}.type"),
@@ -98,9 +105,27 @@ def _valid_events(
                 cause,
                 validate.optional_name(event.lane, f"{where}.lane"),
                 event.settled,
+                available_at,
+                wake_on,
             )
         )
     return valid
+
+
+def _valid_timing(event: NewEvent, where: str) -> tuple[datetime | None, str | None]:
+    """An event's ``available_at`` (to the millisecond) and ``wake_on``, checked; a settled
+    event ignores ``available_at`` and cannot wait."""
+    wake_on = validate.optional_name(event.wake_on, f"{where}.wake_on")
+    if event.settled:
+        if wake_on is not None:
+            raise invalid(f"{where}.wake_on", "must be unset on a settled event: it never waits")
+        return None, None
+    if event.available_at is None:
+        return None, wake_on
+    at = truncate_ms(validate.aware_datetime(event.available_at, f"{where}.available_at"))
+    if at >= NO_TIMEOUT:
+        raise invalid(f"{where}.available_at", f"must be before {NO_TIMEOUT.isoformat()}")
+    return at, wake_on
 
 
 def _lease(ctx: Context, ttl_ms: object, expires_at: object) -> validate.Lease:
@@ -510,6 +535,43 @@ def skip_event(ctx: Context, session_id: object, index: object, reason: object) 
         lock_session=sid,
         # The next event of its lane may be claimable now.
         added_events=lambda result: result.outcome == "skipped",
+    )
+
+
+# --- time and control (SPEC §7) ---------------------------------------------------
+
+
+def signal(
+    ctx: Context, session_id: object, name: object, payload: object, event_id: object
+) -> Plan[SignalResult]:
+    sid = validate.name(session_id, "session_id")
+    signal_name = validate.name(name, "name")
+    event = ValidEvent(
+        signal_name,
+        validate.json_value(payload, "payload", ctx.limits),
+        validate.optional_name(event_id, "id"),
+        None,
+        None,
+        True,  # settled: a signal is no work
+        None,
+        signal_name,  # found by waits appended later (a2sql.sql.queries.events.SIGNALLED)
+    )
+    return Plan(
+        lambda c: control_ops.signal(c, sid, event, now=ctx.now(), new_id=ctx.ids),
+        lock_session=sid,
+        # A new event, and the events it woke claimable.
+        added_events=lambda result: not result.replayed,
+    )
+
+
+def cancel_session(ctx: Context, session_id: object, reason: object) -> Plan[CancelResult]:
+    sid = validate.name(session_id, "session_id")
+    why = validate.text(reason, "reason", ctx.limits)
+    if not why.strip():
+        raise invalid("reason", "must say why the session is cancelled (kept in last_error)")
+    return Plan(
+        lambda c: control_ops.cancel_session(c, sid, reason=why, now=ctx.now()),
+        lock_session=sid,
     )
 
 

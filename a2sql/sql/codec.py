@@ -101,6 +101,7 @@ def stored_event(row: Sequence[Any]) -> StoredEvent:
         failed_at,
         claim_holder,
         claim_expires_at,
+        wake_on,
     ) = row
     # Positional, in field order: this runs for every event read (~1 µs less).
     return StoredEvent(
@@ -129,6 +130,7 @@ def stored_event(row: Sequence[Any]) -> StoredEvent:
         failed_at,
         claim_holder,
         claim_expires_at,
+        wake_on,
     )
 
 
@@ -179,5 +181,6 @@ def claimed_event(row: Sequence[Any], session_id: str, *, holder: str) -> Stored
             None,  # failed_at
             holder,
             claim_expires_at,
+            None,  # wake_on: a claim ends the wait
         )
     )

@@ -6,6 +6,10 @@ file written by either store can be opened by the other. a2sql adds one
 index of its own (``a2_events_dispatch_age``, revision 0002), which the seed
 neither needs nor minds, and one table (``a2_retired_attempts``, revision 0003)
 that the seed's store does not read: a session it deletes leaves no row there.
+Revision 0004 adds a nullable column at the end of ``a2_events`` (``wake_on``)
+and its partial index: the seed names the columns it writes and reads, and a
+waiting event keeps a claim expiry ahead, so the seed's claim query leaves it
+alone.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ events = Table(
     Column("failed_at", Timestamp),
     Column("claim_holder", KeyText),
     Column("claim_expires_at", Timestamp),
+    # Revision 0004: the signal a waiting event waits for; on a signal's own event
+    # (settled at once, never claimed), the signal's name.
+    Column("wake_on", KeyText),
     sqlite_strict=True,
 )
 
@@ -90,6 +97,18 @@ Index(
     events.c.claim_expires_at,
     sqlite_where=text(DISPATCHABLE_SQLITE),
     postgresql_where=text(DISPATCHABLE_POSTGRES),
+)
+
+# Waiting events by the signal they wait for, and signals by name (revision 0004):
+# only the few rows with ``wake_on`` set.
+WAKES = "wake_on is not null"
+Index(
+    "a2_events_waiting",
+    events.c.session_id,
+    events.c.wake_on,
+    events.c.idx,
+    sqlite_where=text(WAKES),
+    postgresql_where=text(WAKES),
 )
 
 snapshots = Table(

@@ -15,13 +15,14 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from typing import TypeVar
+from datetime import datetime
+from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from a2sql.api.async_store import AsyncPresence, AsyncStore
 from a2sql.core.errors import A2Error
-from a2sql.core.records import ClaimRef, NewEvent, StateRead, StoredEvent
+from a2sql.core.records import JSON, ClaimRef, NewEvent, StateRead, StoredEvent
 from a2sql.worker.outcome import HandlerTimeout, Outcome, Returned, timeout_error
 from a2sql.worker.policy import (
     Backoff,
@@ -40,8 +41,11 @@ from a2sql.worker.policy import (
     returned_outcome,
     settings,
     settled,
+    signal_after,
+    stopped_without_an_attempt,
     stopping_too_long,
     vanished,
+    waiting_event,
 )
 
 T = TypeVar("T")
@@ -56,7 +60,10 @@ class AsyncAttempt:
     store: AsyncStore
     connection: AsyncConnection | None = None
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
     _error: str | None = field(default=None, repr=False)
+    # The task the handler runs in, cancelled when the session is.
+    _task: asyncio.Future[Any] | None = field(default=None, repr=False)
 
     @property
     def session_id(self) -> str:
@@ -65,6 +72,23 @@ class AsyncAttempt:
     @property
     def lost(self) -> bool:
         return self._lost.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        """``Attempt.cancelled``: the session was cancelled or the event skipped; the
+        handler's task is cancelled too."""
+        return self._cancelled.is_set()
+
+    def wait_for(
+        self, signal: str, *, type: str, until: datetime | None = None, payload: JSON = None
+    ) -> NewEvent:
+        """An event to return that waits for the signal ``signal`` (``Attempt.wait_for``)."""
+        return waiting_event(type, signal, until, payload)
+
+    async def received(self, signal: str) -> StoredEvent | None:
+        """For an event that waited: the signal that woke it, or ``None`` (``Attempt.received``)."""
+        after = 0 if self.event.cause is None else self.event.cause.index
+        return signal_after(await self.store.read(self.session_id, after_index=after), signal)
 
     async def read_state(self, reducer_name: str) -> StateRead:
         """The session's state for ``reducer_name``, in the handler's transaction if any."""
@@ -95,12 +119,20 @@ class _GiveUp(Exception):
     """Stopped for longer than ``grace_s`` while the store does not answer."""
 
 
+def _cancelling() -> bool:
+    """Whether the running task itself is being cancelled (the worker's stop)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 class AsyncWorker:
     """``Worker`` for asyncio: ``await worker.run()``, coroutine handlers, an ``AsyncStore``.
 
     ``run()`` runs up to ``concurrency`` handlers at once, each claimed batch
     in a task of its own, one event after the other; a handler running past
-    ``timeout_s`` is cancelled and its attempt failed. ``Outcome.write`` is a
+    ``timeout_s`` is cancelled and its attempt failed; a handler whose session is
+    cancelled (``AsyncStore.cancel_session``) is cancelled at the next renewal, its
+    outcome ``superseded``. ``Outcome.write`` is a
     coroutine function over the completion's ``AsyncConnection``. After
     ``stop()``, handlers still running when ``grace_s`` ends are cancelled.
     Everything else is as ``Worker``.
@@ -325,9 +357,13 @@ class AsyncWorker:
                 return await self._timed(attempt, self._commit(attempt, self._in_transaction))
             except HandlerTimeout as error:
                 return await self._fail(attempt, error)
+            except _Dropped:
+                return "superseded"
         try:
             returned = await self._timed(attempt, self.handler(attempt))
             outcome = returned_outcome(returned, attempt.event, attempt.number)
+        except _Dropped:
+            return "superseded"
         except Exception as error:
             return await self._fail(attempt, error)
         if attempt.lost:
@@ -337,16 +373,27 @@ class AsyncWorker:
         return await self._commit(attempt, lambda _, connection: _written(outcome, connection))
 
     async def _timed(self, attempt: AsyncAttempt, call: Awaitable[T]) -> T:
-        """``await call``, or past ``timeout_s`` cancelled, with the attempt marked lost
-        and a ``HandlerTimeout`` raised."""
+        """``await call`` in a task of its own, which a cancelled session cancels (then
+        ``_Dropped``); past ``timeout_s`` cancelled, with the attempt marked lost and a
+        ``HandlerTimeout`` raised."""
+        task: asyncio.Future[T] = asyncio.ensure_future(call)
+        attempt._task = task
         timeout_s = self.settings.timeout_s
-        if timeout_s is None:
-            return await call
         try:
-            return await asyncio.wait_for(call, timeout_s)
-        except TimeoutError:
-            attempt._lost.set()
-            raise timeout_error(timeout_s) from None
+            if timeout_s is None:
+                return await task
+            try:
+                return await asyncio.wait_for(task, timeout_s)
+            except TimeoutError:
+                attempt._lost.set()
+                raise timeout_error(timeout_s) from None
+        except asyncio.CancelledError:
+            # The handler's task cancelled because its session was, not this one.
+            if attempt.cancelled and task.cancelled() and not _cancelling():
+                raise _Dropped from None
+            raise
+        finally:
+            attempt._task = None
 
     async def _in_transaction(
         self, attempt: AsyncAttempt, connection: AsyncConnection
@@ -505,10 +552,33 @@ class AsyncWorker:
                 log.warning("session=%s could not renew claims: %s", session_id, error)
                 continue
             renewed = set(result.renewed)
-            for attempt in attempts:
-                still_held = self._held.get((session_id, attempt.event.index)) is attempt
-                if attempt.event.index not in renewed and still_held:
-                    attempt._lost.set()
+            gone = [
+                attempt
+                for attempt in attempts
+                if attempt.event.index not in renewed
+                and self._held.get((session_id, attempt.event.index)) is attempt
+            ]
+            if gone:
+                await self._mark_cancelled(session_id, gone)
+            for attempt in gone:
+                attempt._lost.set()
+                if attempt.cancelled and attempt._task is not None:
+                    attempt._task.cancel()
+
+    async def _mark_cancelled(self, session_id: str, attempts: list[AsyncAttempt]) -> None:
+        """As ``Worker._mark_cancelled``."""
+        indexes = [attempt.event.index for attempt in attempts]
+        try:
+            events = await self.store.read(
+                session_id, after_index=min(indexes) - 1, through_index=max(indexes)
+            )
+        except A2Error as error:
+            log.warning("session=%s could not read its lost claims: %s", session_id, error)
+            return
+        stopped = {event.index for event in events if stopped_without_an_attempt(event)}
+        for attempt in attempts:
+            if attempt.event.index in stopped:
+                attempt._cancelled.set()
 
     async def _renewing(self) -> None:
         while True:

@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError
 
 from a2sql.core import arguments as validate
 from a2sql.core.errors import A2Error, ErrorCode, invalid
-from a2sql.core.records import ClaimRef, NewEvent, StoredEvent
+from a2sql.core.records import JSON, ClaimRef, NewEvent, StoredEvent
 from a2sql.worker.outcome import Outcome
 
 log = logging.getLogger("a2sql.worker")
@@ -229,6 +229,26 @@ def settled(now: StoredEvent, attempt: int, holder: str) -> Ending | None:
     ):
         return "superseded"
     return None
+
+
+def waiting_event(type: str, signal: str, until: datetime | None, payload: JSON) -> NewEvent:
+    """``Attempt.wait_for``'s event."""
+    return NewEvent(type, payload, wake_on=signal, available_at=until)
+
+
+def signal_after(events: Iterable[StoredEvent], signal: str) -> StoredEvent | None:
+    """The first of ``events`` that is a signal named ``signal``."""
+    for event in events:
+        if event.is_signal and event.type == signal:
+            return event
+    return None
+
+
+def stopped_without_an_attempt(event: StoredEvent) -> bool:
+    """Whether an event was marked processed by no attempt: its session cancelled
+    (``cancel_session``), or the event skipped (``skip_event``). A renewal that finds
+    this tells the handler it is cancelled."""
+    return event.processed_at is not None and event.processed_by_attempt is None
 
 
 def own_lost_claims(

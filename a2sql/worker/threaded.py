@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -17,7 +18,7 @@ from sqlalchemy import Connection
 
 from a2sql.api.store import Presence, Store
 from a2sql.core.errors import A2Error
-from a2sql.core.records import ClaimRef, NewEvent, StateRead, StoredEvent
+from a2sql.core.records import JSON, ClaimRef, NewEvent, StateRead, StoredEvent
 from a2sql.worker.outcome import HandlerTimeout, Outcome, Returned, timeout_error
 from a2sql.worker.policy import (
     Backoff,
@@ -36,8 +37,11 @@ from a2sql.worker.policy import (
     returned_outcome,
     settings,
     settled,
+    signal_after,
+    stopped_without_an_attempt,
     stopping_too_long,
     vanished,
+    waiting_event,
 )
 
 T = TypeVar("T")
@@ -51,7 +55,9 @@ class Attempt:
     connection of the transaction the completion commits in, for the
     handler's own writes. ``lost`` turns true when the worker learns that
     the claim was taken over (or the handler ran past ``timeout_s``); the
-    result will not be submitted.
+    result will not be submitted. ``cancelled`` turns true (with ``lost``) when
+    it learns that the session was cancelled (``Store.cancel_session``) or the
+    event skipped: a long handler checks it and stops early.
     """
 
     event: StoredEvent
@@ -59,6 +65,7 @@ class Attempt:
     store: Store
     connection: Connection | None = None
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
     _error: str | None = field(default=None, repr=False)
 
     @property
@@ -68,6 +75,27 @@ class Attempt:
     @property
     def lost(self) -> bool:
         return self._lost.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def wait_for(
+        self, signal: str, *, type: str, until: datetime | None = None, payload: JSON = None
+    ) -> NewEvent:
+        """An event to return that waits for the signal ``signal`` (``Store.signal``), at
+        most until ``until``: the completion appends it, and it becomes claimable as an
+        event of ``type`` when the signal comes or ``until`` passes, whichever is first.
+        A signal sent while this handler still runs wakes it at once. Its handler learns
+        which happened from ``received``."""
+        return waiting_event(type, signal, until, payload)
+
+    def received(self, signal: str) -> StoredEvent | None:
+        """For an event that waited: the first signal named ``signal`` in the session
+        after the event's cause (the one that woke it), or ``None`` when none came (its
+        timeout woke it)."""
+        after = 0 if self.event.cause is None else self.event.cause.index
+        return signal_after(self.store.read(self.session_id, after_index=after), signal)
 
     def read_state(self, reducer_name: str) -> StateRead:
         """The session's state for ``reducer_name``, in the handler's transaction if any."""
@@ -566,12 +594,33 @@ class Worker:
                 log.warning("session=%s could not renew claims: %s", session_id, error)
                 continue
             renewed = set(result.renewed)
+            gone = []
             for attempt in attempts:
                 if attempt.event.index not in renewed:
                     with self._lock:
                         still_held = self._held.get((session_id, attempt.event.index)) is attempt
                     if still_held:  # not finished meanwhile: the claim is gone
-                        attempt._lost.set()
+                        gone.append(attempt)
+            if gone:
+                self._mark_cancelled(session_id, gone)
+            for attempt in gone:
+                attempt._lost.set()
+
+    def _mark_cancelled(self, session_id: str, attempts: list[Attempt]) -> None:
+        """Of attempts whose claim is gone, mark those whose event was stopped without an
+        attempt (a cancelled session, a skipped event) as cancelled."""
+        indexes = [attempt.event.index for attempt in attempts]
+        try:
+            events = self.store.read(
+                session_id, after_index=min(indexes) - 1, through_index=max(indexes)
+            )
+        except A2Error as error:
+            log.warning("session=%s could not read its lost claims: %s", session_id, error)
+            return
+        stopped = {event.index for event in events if stopped_without_an_attempt(event)}
+        for attempt in attempts:
+            if attempt.event.index in stopped:
+                attempt._cancelled.set()
 
     def _renewing(self, done: threading.Event) -> None:
         while not done.wait(self.settings.renew_every_s):

@@ -76,6 +76,7 @@ from a2sql.sql.queries.claims import (
     claimable,
     claimed_events,
     nothing_free,
+    waits_for_good,
 )
 from a2sql.sql.queries.events import (
     HAS_PENDING,
@@ -162,6 +163,8 @@ def _rows(batch: _Batch, after: Any, cause: Any, retired: Any, now: Any) -> Sele
         null(),
         true(),
         case((batch.settled, now), else_=null()),
+        null(),  # claim_expires_at: a fused event runs at once
+        null(),  # wake_on: and waits for nothing
     )
 
 
@@ -186,11 +189,12 @@ def _batch_params(batch: Sequence[ValidEvent], ids: Sequence[str]) -> dict[str, 
 
 def fuses(batch: Sequence[ValidEvent]) -> bool:
     """Whether a batch's events can be inserted by a fused statement: none has a lane
-    (whether a lane's event is ready depends on the lane's events) and no id comes
-    twice. An append's events must also have no cause (a2sql.plans.operations): causes are
-    checked against their attempts first."""
+    (whether a lane's event is ready depends on the lane's events), none runs later or
+    waits (a wait looks for its signal first), and no id comes twice. An append's
+    events must also have no cause (a2sql.plans.operations): causes are checked
+    against their attempts first."""
     for event in batch:
-        if event.lane is not None:
+        if event.lane is not None or event.available_at is not None or event.wake_on is not None:
             return False
     return duplicate_ids([event.id for event in batch if event.id is not None]) is None
 
@@ -340,7 +344,10 @@ def claim_available(
         if not rows:
             return None
         if rows[0][0] is None:  # no event: nothing was free
-            return nothing_free(rows[0][-1])
+            retry_at = rows[0][-1]
+            if waits_for_good(retry_at):
+                return None  # the full path looks past the waits
+            return nothing_free(retry_at)
         events = [row[:-1] for row in rows]
         return ClaimResult("claimed", claimed_events(events, session_id, holder=holder))
 

@@ -31,7 +31,14 @@ from sqlalchemy.sql.visitors import InternalTraversal
 from a2sql.backends.column_types import Timestamp
 from a2sql.backends.registry import backend_of
 from a2sql.core.arguments import Lease
-from a2sql.core.records import ClaimRef, ClaimResult, ReleaseResult, RenewResult, StoredEvent
+from a2sql.core.records import (
+    NO_TIMEOUT,
+    ClaimRef,
+    ClaimResult,
+    ReleaseResult,
+    RenewResult,
+    StoredEvent,
+)
 from a2sql.sql import executor as execute
 from a2sql.sql.codec import claimed_event
 from a2sql.sql.executor import Transaction
@@ -121,6 +128,8 @@ _claim = (
         last_claimed_at=CLAIM_NOW,
         claim_holder=bindparam("holder"),
         claim_expires_at=func.coalesce(EXPIRES_AT, After(CLAIM_NOW, LEASE_MS)),
+        # A waiting event claimed (its timeout passed) waits no more.
+        wake_on=null(),
     )
     # Joins the one row of session_clock, which puts it in the UPDATE's FROM
     # (SQLAlchemy adds the tables of WHERE, not those of SET).
@@ -230,6 +239,10 @@ NEXT_EXPIRY_AT = (
     .label("retry_at")
 )
 NEXT_EXPIRY = select(NEXT_EXPIRY_AT)
+# The same, passing over waits (a claim ends a wait: its wake_on is cleared).
+NEXT_EXPIRY_BUT_WAITS = select(func.min(E.c.claim_expires_at)).where(
+    *DISPATCHABLE, E.c.claim_expires_at > NOW, E.c.wake_on.is_(None)
+)
 
 CURRENT_ATTEMPTS = select(E.c.idx, E.c.attempt_count).where(
     E.c.session_id == SESSION, E.c.idx.in_(bindparam("indexes", expanding=True))
@@ -286,16 +299,30 @@ def claim_available(
     )
     if claimed:
         return ClaimResult("claimed", claimed)
-    [(retry_at,)] = tx.rows(NEXT_EXPIRY, {"sid": session_id, "now": now})
+    params = {"sid": session_id, "now": now}
+    [(retry_at,)] = tx.rows(NEXT_EXPIRY, params)
+    if waits_for_good(retry_at):
+        [(retry_at,)] = tx.rows(NEXT_EXPIRY_BUT_WAITS, params)
+        return ClaimResult("busy", retry_at=retry_at)
     return nothing_free(retry_at)
 
 
 def nothing_free(retry_at: datetime | None) -> ClaimResult:
     """A claim that took nothing: ``retry_at`` is the session's earliest claim expiry
-    after the claim's time (NEXT_EXPIRY), ``None`` when no event is dispatchable."""
+    after the claim's time (NEXT_EXPIRY), ``None`` when no event is dispatchable; not
+    one that ``waits_for_good``."""
     if retry_at is None:
         return ClaimResult("settled")
     return ClaimResult("busy", retry_at=retry_at)
+
+
+def waits_for_good(expiry: datetime | None) -> bool:
+    """Whether the earliest claim expiry ahead may be that of events waiting for a signal
+    without a timeout (NO_TIMEOUT), which never become claimable by themselves: then
+    the earliest expiry of the others is the time to retry (NEXT_EXPIRY_BUT_WAITS), and
+    none may come. Past NO_TIMEOUT, only a lease given to end in the year 9999 can be
+    there too: this is seldom true."""
+    return expiry is not None and expiry >= NO_TIMEOUT
 
 
 def claim_events(

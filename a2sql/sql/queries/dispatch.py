@@ -13,7 +13,7 @@ from a2sql.backends.base import Backend
 from a2sql.core.arguments import Lease
 from a2sql.core.records import Dispatch
 from a2sql.sql.executor import Transaction
-from a2sql.sql.queries.claims import FREE, READY, claim_events
+from a2sql.sql.queries.claims import FREE, READY, claim_events, waits_for_good
 from a2sql.sql.queries.operator_reads import prefix_successor
 from a2sql.sql.schema import events as E
 from a2sql.sql.times import NOW
@@ -48,9 +48,13 @@ def candidates(backend: Backend, lower: bool, upper: bool, skipping: bool) -> Se
 
 
 @cache
-def next_free(lower: bool, upper: bool) -> Select[Any]:
-    """When the next claim or retry delay under the prefix ends."""
+def next_free(lower: bool, upper: bool, *, but_waits: bool = False) -> Select[Any]:
+    """When the next claim, retry delay, later run or wait's timeout under the prefix
+    ends; ``but_waits``: passing over waits (for when the first is a wait without a
+    timeout, a2sql.sql.queries.claims.waits_for_good)."""
     statement = select(func.min(E.c.claim_expires_at)).where(*READY, E.c.claim_expires_at > NOW)
+    if but_waits:
+        statement = statement.where(E.c.wake_on.is_(None))
     return _under_prefix(statement, lower, upper)
 
 
@@ -105,5 +109,8 @@ def claim_next(
     if locked:
         # Claimable events wait in sessions other transactions hold: now, not later.
         return Dispatch("idle", retry_at=now)
-    [(retry_at,)] = tx.rows(next_free(lower, upper), {**under, "now": now})
+    params = {**under, "now": now}
+    [(retry_at,)] = tx.rows(next_free(lower, upper), params)
+    if waits_for_good(retry_at):
+        [(retry_at,)] = tx.rows(next_free(lower, upper, but_waits=True), params)
     return Dispatch("idle", retry_at=retry_at)

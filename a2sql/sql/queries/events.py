@@ -22,7 +22,7 @@ from sqlalchemy import (
 
 from a2sql.core.errors import A2Error, ErrorCode
 from a2sql.core.jsontext import decode_json
-from a2sql.core.records import EventCause, StoredEvent
+from a2sql.core.records import NO_TIMEOUT, EventCause, StoredEvent
 from a2sql.sql import executor as execute
 from a2sql.sql.codec import canonical_json, encode_cause, stored_event
 from a2sql.sql.executor import Transaction
@@ -42,6 +42,10 @@ class ValidEvent(NamedTuple):
     cause: EventCause | None
     lane: str | None
     settled: bool
+    # SPEC §7: not claimable before ``available_at``; waiting for the signal ``wake_on``.
+    # Neither on a settled event, except a signal's own ``wake_on`` (a2sql.sql.queries.signals).
+    available_at: datetime | None = None
+    wake_on: str | None = None
 
 
 SESSION: BindParameter[str] = bindparam("sid")
@@ -143,6 +147,8 @@ INSERTED_COLUMNS = (
     "lane",
     "lane_ready",
     "processed_at",
+    "claim_expires_at",
+    "wake_on",
 )
 INSERT_EVENTS = insert(E).values({name: bindparam(name) for name in INSERTED_COLUMNS})
 
@@ -214,6 +220,7 @@ def insert_events(
                 tx, PENDING_LANES, {"sid": session_id}, "lanes", lanes
             )
         }
+    signalled = _signalled(tx, session_id, batch)
     rows = []
     stored = []
     for offset, event in enumerate(batch):
@@ -223,6 +230,7 @@ def insert_events(
             busy_lanes.add(event.lane)
         processed_at = now if event.settled else None
         index = first_index + offset
+        expires, wake_on = _held_until(event, now, signalled)
         rows.append(
             {
                 "attempt_count": retired_attempts,
@@ -236,9 +244,22 @@ def insert_events(
                 "lane": event.lane,
                 "lane_ready": ready,
                 "processed_at": processed_at,
+                "claim_expires_at": expires,
+                "wake_on": wake_on,
             }
         )
-        stored.append(new_stored_event(session_id, event, event_id, index, now, retired_attempts))
+        stored.append(
+            new_stored_event(
+                session_id,
+                event,
+                event_id,
+                index,
+                now,
+                retired_attempts,
+                expires=expires,
+                wake_on=wake_on,
+            )
+        )
     if len(rows) > 1:
         # By id, each row keeping its index: two sessions inserting batches
         # that share ids then wait on the first shared one, and the loser
@@ -249,6 +270,53 @@ def insert_events(
     return stored
 
 
+# A signal named ``name`` already in the session after index ``after``: a signal's
+# own event (a2sql.sql.queries.signals), settled when appended and never claimed.
+SIGNALLED = (
+    select(E.c.idx)
+    .where(
+        E.c.session_id == SESSION,
+        E.c.wake_on == bindparam("name"),
+        E.c.idx > bindparam("after"),
+        E.c.processed_at.is_not(None),
+        E.c.first_claimed_at.is_(None),
+    )
+    .limit(ONE_ROW)
+)
+
+
+def _signalled(tx: Transaction, session_id: str, batch: Sequence[ValidEvent]) -> set[str]:
+    """The signals the batch's waiting events wait for that already reached the session
+    after their cause (any time, for an event without a cause): no wake-up is lost to a
+    signal sent while the handler that asked for the wait still ran."""
+    found: set[str] = set()
+    for event in batch:
+        name = event.wake_on
+        if name is None or event.settled or name in found:
+            continue
+        after = 0 if event.cause is None else event.cause.index
+        if tx.rows(SIGNALLED, {"sid": session_id, "name": name, "after": after}):
+            found.add(name)
+    return found
+
+
+def _held_until(
+    event: ValidEvent, now: datetime, signalled: set[str]
+) -> tuple[datetime | None, str | None]:
+    """An appended event's claim expiry and ``wake_on``: a later run is held until its
+    ``available_at``; a wait until its timeout, or for good (NO_TIMEOUT) without one,
+    so that every claim query leaves it alone; a wait whose signal came, or whose
+    timeout passed, is claimable at once."""
+    if event.settled:
+        return None, event.wake_on  # a signal's own name, or nothing
+    at = event.available_at
+    if event.wake_on is not None:
+        if event.wake_on in signalled or (at is not None and at <= now):
+            return None, None
+        return (NO_TIMEOUT if at is None else at), event.wake_on
+    return (at if at is not None and at > now else None), None
+
+
 def new_stored_event(
     session_id: str,
     event: ValidEvent,
@@ -256,9 +324,13 @@ def new_stored_event(
     index: int,
     now: datetime,
     retired_attempts: int,
+    *,
+    expires: datetime | None = None,
+    wake_on: str | None = None,
 ) -> StoredEvent:
     """The event as stored by an append at ``now``, never claimed: its attempt count
-    is ``retired_attempts`` (RETIRED_ATTEMPTS)."""
+    is ``retired_attempts`` (RETIRED_ATTEMPTS); ``expires`` and ``wake_on`` as
+    ``_held_until`` stored them."""
     # Positional, in field order: keywords cost ~1 µs more for 21 fields.
     return StoredEvent(
         event_id,
@@ -281,7 +353,8 @@ def new_stored_event(
         None,  # last_error
         None,  # failed_at
         None,  # claim_holder
-        None,  # claim_expires_at
+        expires,  # claim_expires_at
+        wake_on,
     )
 
 

@@ -31,6 +31,8 @@ SKIP = (
         lane_ready=false(),
         claim_holder=null(),
         claim_expires_at=null(),
+        # A wait ends with it: a skipped event is no signal (SIGNALLED).
+        wake_on=null(),
     )
 )
 

@@ -16,7 +16,7 @@ FROM a2_events AS lane_before
 WHERE lane_before.session_id = %(sid)s::VARCHAR COLLATE "C" AND lane_before.lane = a2_events.lane AND lane_before.idx < a2_events.idx AND lane_before.idx >= a2_events.idx - %(idx#1)s::BIGINT ORDER BY lane_before.session_id DESC, lane_before.idx DESC
  LIMIT 1), (SELECT max(any_lane.processed_at) AS max#1
 FROM a2_events AS any_lane
-WHERE any_lane.session_id = %(sid)s::VARCHAR COLLATE "C" AND any_lane.lane IS NOT NULL)) ELSE NULL END) + CAST(%(lease_ms)s::BIGINT AS FLOAT) * interval '1 millisecond' AS TIMESTAMP WITH TIME ZONE)) FROM (SELECT %(sid)s::VARCHAR COLLATE "C" AS sid, greatest(%(now)s::TIMESTAMP WITH TIME ZONE, (SELECT latest_event.created_at
+WHERE any_lane.session_id = %(sid)s::VARCHAR COLLATE "C" AND any_lane.lane IS NOT NULL)) ELSE NULL END) + CAST(%(lease_ms)s::BIGINT AS FLOAT) * interval '1 millisecond' AS TIMESTAMP WITH TIME ZONE)), wake_on=NULL FROM (SELECT %(sid)s::VARCHAR COLLATE "C" AS sid, greatest(%(now)s::TIMESTAMP WITH TIME ZONE, (SELECT latest_event.created_at
 FROM a2_events AS latest_event
 WHERE latest_event.session_id = %(sid)s::VARCHAR COLLATE "C" ORDER BY latest_event.session_id DESC, latest_event.idx DESC
  LIMIT 1)) AS now) AS session_clock WHERE a2_events.session_id = session_clock.sid AND a2_events.session_id = %(sid)s::VARCHAR COLLATE "C" AND a2_events.idx = ANY (array((SELECT a2_events.idx

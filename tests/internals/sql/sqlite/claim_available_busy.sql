@@ -15,7 +15,7 @@ FROM a2_events AS lane_before
 WHERE lane_before.session_id = ? AND lane_before.lane = a2_events.lane AND lane_before.idx < a2_events.idx AND lane_before.idx >= a2_events.idx - ? ORDER BY lane_before.session_id DESC, lane_before.idx DESC
  LIMIT 1 OFFSET ?), (SELECT max(any_lane.processed_at) AS max#1
 FROM a2_events AS any_lane
-WHERE any_lane.session_id = ? AND any_lane.lane IS NOT NULL)) ELSE NULL END, session_clock.now)) + ?) FROM (SELECT ? AS sid, max(?, coalesce((SELECT latest_event.created_at
+WHERE any_lane.session_id = ? AND any_lane.lane IS NOT NULL)) ELSE NULL END, session_clock.now)) + ?), wake_on=NULL FROM (SELECT ? AS sid, max(?, coalesce((SELECT latest_event.created_at
 FROM a2_events AS latest_event
 WHERE latest_event.session_id = ? ORDER BY latest_event.session_id DESC, latest_event.idx DESC
  LIMIT 1 OFFSET ?), ?)) AS now) AS session_clock WHERE a2_events.session_id = session_clock.sid AND a2_events.session_id = ? AND a2_events.lane_ready = 1 AND a2_events.processed_at IS NULL AND a2_events.failed_at IS NULL AND (a2_events.claim_expires_at IS NULL OR a2_events.claim_expires_at <= ?) RETURNING idx, event_type, payload, event_id, created_at, cause, lane, processed_by_attempt, returned_event_ids, first_claimed_at, attempt_count, failure_count, last_failed_at, last_failed_attempt, last_error, last_claimed_at, claim_expires_at;

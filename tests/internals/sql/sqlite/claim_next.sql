@@ -20,7 +20,7 @@ FROM a2_events AS lane_before
 WHERE lane_before.session_id = ? AND lane_before.lane = a2_events.lane AND lane_before.idx < a2_events.idx AND lane_before.idx >= a2_events.idx - ? ORDER BY lane_before.session_id DESC, lane_before.idx DESC
  LIMIT 1 OFFSET ?), (SELECT max(any_lane.processed_at) AS max#1
 FROM a2_events AS any_lane
-WHERE any_lane.session_id = ? AND any_lane.lane IS NOT NULL)) ELSE NULL END, session_clock.now)) + ?) FROM (SELECT ? AS sid, max(?, coalesce((SELECT latest_event.created_at
+WHERE any_lane.session_id = ? AND any_lane.lane IS NOT NULL)) ELSE NULL END, session_clock.now)) + ?), wake_on=NULL FROM (SELECT ? AS sid, max(?, coalesce((SELECT latest_event.created_at
 FROM a2_events AS latest_event
 WHERE latest_event.session_id = ? ORDER BY latest_event.session_id DESC, latest_event.idx DESC
  LIMIT 1 OFFSET ?), ?)) AS now) AS session_clock WHERE a2_events.session_id = session_clock.sid AND a2_events.session_id = ? AND a2_events.idx IN (SELECT a2_events.idx
