@@ -32,6 +32,19 @@ BASELINE = "0001_baseline"
 # 0002 is tested on the way from 0001 to the newest revision, where the store opens.
 HEAD = migrations.head_revision()
 DISPATCH_AGE = "a2_events_dispatch_age"
+DISPATCH_AGE_REVISION = "0002_dispatch_age"
+# claim_next's indexes at head: revision 0004 split 0002's in two.
+DISPATCH_AT_HEAD = {
+    "a2_events_dispatch_free": ["created_at", "session_id"],
+    "a2_events_dispatch_due": ["claim_expires_at", "created_at", "session_id"],
+}
+
+
+def has_dispatch_indexes_of_head(engine: Engine) -> bool:
+    found = event_indexes(engine)
+    return all(found.get(name) == columns for name, columns in DISPATCH_AT_HEAD.items())
+
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 # claim_next's now: after every row's creation, between the expired claim and the live one.
 NOW = T0 + timedelta(hours=1)
@@ -202,18 +215,22 @@ def dispatch_all(store: a2sql.Store) -> list[tuple[str | None, list[int]]]:
 
 
 def test_upgrade_from_baseline_keeps_every_row_and_adds_the_index(url: str, engine: Engine) -> None:
-    """0001 -> head leaves every row of every table as it was and creates
-    a2_events_dispatch_age; the store then opens without migrating and claim_next takes
-    the free events, oldest first, passing over claimed, processed and dead ones."""
+    """0001 -> 0002 -> head leaves every row of every table as it was; 0002 creates
+    a2_events_dispatch_age (which head replaces by its two indexes); the store then
+    opens without migrating and claim_next takes the free events, oldest first,
+    passing over claimed, processed and dead ones."""
     write_rows_at_baseline(engine)
     before = all_rows(engine)
     assert [len(rows) for rows in before.values()] == [len(EVENTS), 1, 1]
     assert DISPATCH_AGE not in event_indexes(engine)
 
+    assert migrations.move_to(engine, DISPATCH_AGE_REVISION) == DISPATCH_AGE_REVISION
+    assert event_indexes(engine)[DISPATCH_AGE] == ["created_at", "session_id", "claim_expires_at"]
+    assert all_rows(engine) == before
     assert migrations.move_to(engine) == HEAD
     assert revision(engine) == HEAD
     assert all_rows(engine) == before
-    assert event_indexes(engine)[DISPATCH_AGE] == ["created_at", "session_id", "claim_expires_at"]
+    assert has_dispatch_indexes_of_head(engine)
 
     with a2sql.create_store(url, clock=FakeClock(NOW), migrate=False) as store:
         first = store.claim_next(holder="w1", ttl_ms=TTL_MS)
@@ -231,9 +248,9 @@ def test_upgrade_from_baseline_keeps_every_row_and_adds_the_index(url: str, engi
 def test_downgrade_to_baseline_drops_the_index_keeps_rows_and_upgrades_again(
     url: str, engine: Engine
 ) -> None:
-    """head -> 0001 drops a2_events_dispatch_age and nothing else, and keeps every row,
+    """head -> 0001 drops claim_next's indexes and nothing else, and keeps every row,
     those head's store wrote included; the store then refuses the database without
-    migrating; 0001 -> head again restores the index, and the store works on."""
+    migrating; 0001 -> head again restores them, and the store works on."""
     write_rows_at_baseline(engine)
     baseline_indexes = event_indexes(engine)
     assert migrations.move_to(engine) == HEAD
@@ -256,7 +273,7 @@ def test_downgrade_to_baseline_drops_the_index_keeps_rows_and_upgrades_again(
     assert BASELINE in raised.value.message and HEAD in raised.value.message
 
     assert migrations.move_to(engine) == HEAD
-    assert DISPATCH_AGE in event_indexes(engine)
+    assert has_dispatch_indexes_of_head(engine)
     assert all_rows(engine) == at_head
     with a2sql.create_store(url, clock=FakeClock(NOW), migrate=False) as store:
         assert dispatch_all(store) == DISPATCH_ORDER[1:]
@@ -321,7 +338,7 @@ def test_seed_file_stamped_at_baseline_upgrades_to_head_keeping_its_rows(
         assert _seed_rows(path) == written
 
         assert migrations.move_to(engine) == HEAD
-        assert DISPATCH_AGE in event_indexes(engine)
+        assert has_dispatch_indexes_of_head(engine)
     finally:
         engine.dispose()
     assert _seed_rows(path) == written

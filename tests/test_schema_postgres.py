@@ -104,10 +104,15 @@ def test_partial_indexes_exist_with_their_predicates(migrated: Connection) -> No
         "a2_events_lane_pending": (["session_id", "lane", "idx"], False, UNPROCESSED),
         "a2_events_dispatch_ready": (["session_id", "idx"], False, DISPATCHABLE),
         "a2_events_claim_expiry": (["session_id", "claim_expires_at"], False, DISPATCHABLE),
-        "a2_events_dispatch_age": (
-            ["created_at", "session_id", "claim_expires_at"],
+        "a2_events_dispatch_free": (
+            ["created_at", "session_id"],
             False,
-            DISPATCHABLE,
+            DISPATCHABLE[:-1] + " AND (claim_expires_at IS NULL))",
+        ),
+        "a2_events_dispatch_due": (
+            ["claim_expires_at", "created_at", "session_id"],
+            False,
+            DISPATCHABLE[:-1] + " AND (claim_expires_at IS NOT NULL))",
         ),
         "a2_events_waiting": (["session_id", "wake_on", "idx"], False, "(wake_on IS NOT NULL)"),
     }
@@ -141,7 +146,9 @@ def test_partial_index_predicates_appear_in_pg_indexes(migrated: Connection) -> 
     )
     assert definitions["a2_events_unprocessed"].endswith(f"WHERE {UNPROCESSED}")
     assert definitions["a2_events_dispatch_ready"].endswith(f"WHERE {DISPATCHABLE}")
-    assert definitions["a2_events_dispatch_age"].endswith(f"WHERE {DISPATCHABLE}")
+    free = DISPATCHABLE[:-1] + " AND (claim_expires_at IS NULL))"
+    assert definitions["a2_events_dispatch_free"].endswith(f"WHERE {free}")
+    assert definitions["a2_events_waiting"].endswith("WHERE (wake_on IS NOT NULL)")
     assert "WHERE" not in definitions["a2_events_event_id"]
 
 

@@ -29,6 +29,8 @@ SEED_SCHEMA = Path(__file__).with_name("seed_schema.sql")
 VERSION_TABLE = "a2sql_alembic_version"
 ALEMBIC = Path(sys.executable).parent / "alembic"
 DISPATCH_AGE = "a2_events_dispatch_age"
+DISPATCH_FREE = "a2_events_dispatch_free"
+DISPATCH_DUE = "a2_events_dispatch_due"
 DISPATCHABLE = "lane_ready = 1 and processed_at is null and failed_at is null"
 RETIRED_ATTEMPTS = "a2_retired_attempts"
 WAITING = "a2_events_waiting"
@@ -178,14 +180,16 @@ def test_migrated_sqlite_schema_equals_the_seed_ddl(
 def test_head_is_the_seed_ddl_plus_a2sqls_indexes_table_and_column(
     seed_file: Path, head_file: Path, connect: Any
 ) -> None:
-    """`alembic upgrade head` on SQLite yields the seed's DDL plus: one index,
-    a2_events_dispatch_age on (created_at, session_id, claim_expires_at), partial on
-    the dispatchable events (0002); one strict table, a2_retired_attempts (session_id
+    """`alembic upgrade head` on SQLite yields the seed's DDL plus: claim_next's two
+    indexes, a2_events_dispatch_free on (created_at, session_id) and
+    a2_events_dispatch_due on (claim_expires_at, created_at, session_id), partial on the
+    dispatchable events without and with a claim expiry (0004, in place of 0002's
+    a2_events_dispatch_age); one strict table, a2_retired_attempts (session_id
     text key, last_attempt integer) (0003); one nullable column at the end of
     a2_events, wake_on, and its index a2_events_waiting on (session_id, wake_on, idx),
     partial on the rows that have it (0004). No other table, column, index, trigger
     or view differs."""
-    assert migrations.head_revision() == "0004_wake_on"
+    assert migrations.head_revision() == "0004_time_and_control"
     assert _version(head_file) == [migrations.head_revision()]
     seed, head = describe(connect(seed_file)), describe(connect(head_file))
     assert head.pop(RETIRED_ATTEMPTS) == {
@@ -206,17 +210,23 @@ def test_head_is_the_seed_ddl_plus_a2sqls_indexes_table_and_column(
         },
     }
     assert set(head) == set(seed)
-    added = head["a2_events"]["indexes"].pop(DISPATCH_AGE)
-    assert added == {
+    assert head["a2_events"]["indexes"].pop(DISPATCH_FREE) == {
+        "columns": [("created_at", False, "BINARY"), ("session_id", False, "BINARY")],
+        "unique": False,
+        "origin": "c",
+        "partial": True,
+        "where": f"{DISPATCHABLE} and claim_expires_at is null",
+    }
+    assert head["a2_events"]["indexes"].pop(DISPATCH_DUE) == {
         "columns": [
+            ("claim_expires_at", False, "BINARY"),
             ("created_at", False, "BINARY"),
             ("session_id", False, "BINARY"),
-            ("claim_expires_at", False, "BINARY"),
         ],
         "unique": False,
         "origin": "c",
         "partial": True,
-        "where": DISPATCHABLE,
+        "where": f"{DISPATCHABLE} and claim_expires_at is not null",
     }
     assert head["a2_events"]["indexes"].pop(WAITING) == {
         "columns": [
@@ -260,8 +270,8 @@ def test_sqlite_schema_signature_agrees_for_seed_and_migrated_files(
     seed_file: Path, alembic_file: Path, head_file: Path
 ) -> None:
     """a2sql's own signature of the seed file equals that of the baseline revision, and
-    tells head apart from it by the index 0002 adds, the table 0003 adds and the
-    column and index 0004 adds (so
+    tells head apart from it by claim_next's indexes, the table 0003 adds and the
+    column 0004 adds (so
     adoption, which compares signatures, takes a seed file for 0001 and never for
     head)."""
     seed, baseline = _signature(seed_file), _signature(alembic_file)
@@ -276,8 +286,16 @@ def test_sqlite_schema_signature_agrees_for_seed_and_migrated_files(
         "strict": True,
         "indexes": {},
     }
-    added = head["a2_events"]["indexes"].pop(DISPATCH_AGE)
-    assert added == (["created_at", "session_id", "claim_expires_at"], False, DISPATCHABLE)
+    assert head["a2_events"]["indexes"].pop(DISPATCH_FREE) == (
+        ["created_at", "session_id"],
+        False,
+        f"{DISPATCHABLE} and claim_expires_at is null",
+    )
+    assert head["a2_events"]["indexes"].pop(DISPATCH_DUE) == (
+        ["claim_expires_at", "created_at", "session_id"],
+        False,
+        f"{DISPATCHABLE} and claim_expires_at is not null",
+    )
     waiting = head["a2_events"]["indexes"].pop(WAITING)
     assert waiting == (["session_id", "wake_on", "idx"], False, "wake_on is not null")
     assert head["a2_events"]["columns"].pop() == ("wake_on", "text", False, None, 0)
@@ -314,13 +332,13 @@ def test_create_store_adopts_a_seed_file_and_upgrades_it_to_head(
     seed_file: Path, migrate: bool | None
 ) -> None:
     """A seed-created file (no version table), opened where upgrading is allowed, is
-    adopted as the baseline and upgraded to head: it gets a2_events_dispatch_age."""
+    adopted as the baseline and upgraded to head: it gets claim_next's indexes."""
     assert DISPATCH_AGE not in _indexes(seed_file)
     with a2sql.create_store(f"sqlite:///{seed_file}", migrate=migrate) as store:
         store.append("s", [a2sql.NewEvent("t", {"k": 1}, id="e1")])
         assert [event.id for event in store.read("s")] == ["e1"]
     assert _version(seed_file) == [migrations.head_revision()]
-    assert DISPATCH_AGE in _indexes(seed_file)
+    assert DISPATCH_FREE in _indexes(seed_file)
     assert _signature(seed_file) != migrations.baseline_sqlite_signature()
 
 

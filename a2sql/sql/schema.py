@@ -2,14 +2,13 @@
 
 On SQLite the tables are exactly those of the TypeScript seed store a2sql was
 drawn from: same names, same column order, strict tables, so that a database
-file written by either store can be opened by the other. a2sql adds one
-index of its own (``a2_events_dispatch_age``, revision 0002), which the seed
-neither needs nor minds, and one table (``a2_retired_attempts``, revision 0003)
-that the seed's store does not read: a session it deletes leaves no row there.
-Revision 0004 adds a nullable column at the end of ``a2_events`` (``wake_on``)
-and its partial index: the seed names the columns it writes and reads, and a
-waiting event keeps a claim expiry ahead, so the seed's claim query leaves it
-alone.
+file written by either store can be opened by the other. a2sql adds indexes of
+its own (claim_next's, revisions 0002 and 0004), which the seed neither needs
+nor minds; one table (``a2_retired_attempts``, revision 0003) that the seed's
+store does not read: a session it deletes leaves no row there; and a nullable
+column at the end of ``a2_events`` (``wake_on``, revision 0004): the seed names
+the columns it writes and reads, and a waiting event keeps a claim expiry
+ahead, so the seed's claim query leaves it alone.
 """
 
 from __future__ import annotations
@@ -88,15 +87,26 @@ Index(
     sqlite_where=text(DISPATCHABLE_SQLITE),
     postgresql_where=text(DISPATCHABLE_POSTGRES),
 )
-# claim_next's order across sessions: the oldest dispatchable events first,
-# with the claim's expiry at hand to pass over the ones claimed now.
+# claim_next's order across sessions, the oldest claimable events first
+# (revision 0004): the dispatchable events never held, all free, by age; and
+# those with a claim expiry (claimed, retrying later, scheduled, waiting), by
+# that expiry, of which a read takes the ones due now and never the rest.
+FREE = "claim_expires_at is null"
+HELD = "claim_expires_at is not null"
 Index(
-    "a2_events_dispatch_age",
+    "a2_events_dispatch_free",
     events.c.created_at,
     events.c.session_id,
+    sqlite_where=text(f"{DISPATCHABLE_SQLITE} and {FREE}"),
+    postgresql_where=text(f"{DISPATCHABLE_POSTGRES} and {FREE}"),
+)
+Index(
+    "a2_events_dispatch_due",
     events.c.claim_expires_at,
-    sqlite_where=text(DISPATCHABLE_SQLITE),
-    postgresql_where=text(DISPATCHABLE_POSTGRES),
+    events.c.created_at,
+    events.c.session_id,
+    sqlite_where=text(f"{DISPATCHABLE_SQLITE} and {HELD}"),
+    postgresql_where=text(f"{DISPATCHABLE_POSTGRES} and {HELD}"),
 )
 
 # Waiting events by the signal they wait for, and signals by name (revision 0004):

@@ -49,7 +49,8 @@ CLAIM_EXPIRY = "a2_events_claim_expiry"
 UNPROCESSED = "a2_events_unprocessed"
 LANE_PENDING = "a2_events_lane_pending"
 EVENT_ID = "a2_events_event_id"
-DISPATCH_AGE = "a2_events_dispatch_age"
+DISPATCH_FREE = "a2_events_dispatch_free"
+DISPATCH_DUE = "a2_events_dispatch_due"
 
 _PG_LOAD = """
 insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, lane,
@@ -718,57 +719,118 @@ def _entries_read(node: dict[str, Any]) -> float:
     return read + sum(_entries_read(child) for child in node.get("Plans", []))
 
 
-def test_claim_next_candidates_read_the_dispatch_age_index_in_order(
+def _analyzed(plans: Explainer, sql: str, sent: Any) -> dict[str, Any]:
+    """PostgreSQL's EXPLAIN ANALYZE tree of ``sql``, run in a transaction rolled back."""
+    with plans.engine.connect() as connection:
+        raw: Any = connection.exec_driver_sql(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, sent
+        ).scalar()
+        connection.rollback()
+    tree: dict[str, Any] = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    return tree
+
+
+def _assert_reads_only_the_dispatch_indexes(plan: Plan) -> None:
+    """The events never held come out of a2_events_dispatch_free in its order; those held
+    are a range of a2_events_dispatch_due that ends now: no other index, no table scan."""
+    assert plan.indexes() == {DISPATCH_FREE, DISPATCH_DUE}, _why(plan)
+    [due] = [access for access in plan.accesses if access.index == DISPATCH_DUE]
+    assert due.seek and "claim_expires_at" in due.condition, _why(plan)
+
+
+def test_claim_next_candidates_read_the_free_index_in_order_and_what_is_due(
     dispatch_plans: Explainer,
 ) -> None:
-    """claim_next's candidates (the oldest claimable events' sessions) come out of
-    a2_events_dispatch_age in its order: no sort, no other index, no table scan. On
-    PostgreSQL the read stops after the 16 it needs and the claimed ones between them
-    (half of the oldest are claimed: at most 2 x 16 entries), whatever the table holds."""
+    """claim_next's candidates (the oldest claimable events' sessions): the first entries
+    of a2_events_dispatch_free, and the entries of a2_events_dispatch_due up to now. On
+    PostgreSQL the read stops after the 16 it needs of each; the claims still running
+    (a twentieth of the events, held until later) are not read at all."""
     lower, upper, params = _bounds("")
     sql, sent = dispatch_plans.sent(
         candidates(backend_of(dispatch_plans.engine), lower, upper, False), params
     )
     plan = dispatch_plans.explain_sql(sql, sent)
-    assert plan.indexes() == {DISPATCH_AGE}, _why(plan)
-    assert not plan.sorts, _why(plan)
+    _assert_reads_only_the_dispatch_indexes(plan)
     if not dispatch_plans.postgres:
         return
-    with dispatch_plans.engine.connect() as connection:
-        raw: Any = connection.exec_driver_sql(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, sent
-        ).scalar()
-    tree = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    tree = _analyzed(dispatch_plans, sql, sent)
     assert tree["Actual Rows"] == CANDIDATES_PER_READ, json.dumps(tree, indent=1)
     assert _entries_read(tree) <= 2 * CANDIDATES_PER_READ, json.dumps(tree, indent=1)
 
 
+def test_claim_next_candidates_never_read_scheduled_or_waiting_events(
+    dispatch_plans: Explainer,
+) -> None:
+    """Events held until later, older than every claimable one (5,000 runs due tomorrow,
+    5,000 waits without a timeout), are never read: the due range ends now. On
+    PostgreSQL, EXPLAIN ANALYZE counts the entries read."""
+    held = [NewEvent("later", available_at=NOW + timedelta(days=1)) for _ in range(5_000)] + [
+        NewEvent("waits", wake_on="approval") for _ in range(5_000)
+    ]
+    for start in range(0, len(held), 1_000):
+        dispatch_plans.store.append(f"held/{start}", held[start : start + 1_000])
+    with dispatch_plans.engine.begin() as connection:
+        # Older than everything claimable, so that an age-ordered walk would meet them first.
+        connection.exec_driver_sql(
+            "update a2_events set created_at = "
+            + (
+                "created_at - interval '30 days'"
+                if dispatch_plans.postgres
+                else "created_at - 2592000000"
+            )
+            + " where session_id like 'held/"
+            + ("%%'" if dispatch_plans.postgres else "%'")
+        )
+        if dispatch_plans.postgres:
+            connection.exec_driver_sql("analyze a2_events")
+    lower, upper, params = _bounds("")
+    sql, sent = dispatch_plans.sent(
+        candidates(backend_of(dispatch_plans.engine), lower, upper, False), params
+    )
+    plan = dispatch_plans.explain_sql(sql, sent)
+    _assert_reads_only_the_dispatch_indexes(plan)
+    idle_sql, idle_sent = dispatch_plans.sent(next_free(lower, upper), params)
+    if dispatch_plans.postgres:
+        tree = _analyzed(dispatch_plans, sql, sent)
+        assert _entries_read(tree) <= 2 * CANDIDATES_PER_READ, json.dumps(tree, indent=1)
+        # The idle retry_at: the first claim running out, not the waits and runs after it.
+        tree = _analyzed(dispatch_plans, idle_sql, idle_sent)
+        assert _entries_read(tree) <= 1, json.dumps(tree, indent=1)
+    else:
+        [due] = [access for access in plan.accesses if access.index == DISPATCH_DUE]
+        assert "claim_expires_at<" in due.condition.replace(" ", ""), _why(plan)
+        idle = dispatch_plans.explain_sql(idle_sql, idle_sent)
+        assert idle.indexes() == {DISPATCH_DUE} and not idle.sorts, _why(idle)
+
+
 @pytest.mark.parametrize("prefix", DISPATCH_PREFIXES)
-def test_claim_next_candidates_under_a_prefix_read_the_dispatch_age_index_in_order(
+def test_claim_next_candidates_under_a_prefix_read_the_dispatch_indexes(
     dispatch_plans: Explainer, engine_kind: str, prefix: str, request: pytest.FixtureRequest
 ) -> None:
     """claim_next(prefix=...)'s candidates, the prefix a range on session_id (most of
-    the sessions, a tenth of them, one long session), also come out of
-    a2_events_dispatch_age in its order (session_id checked on its entries), not sorted:
-    on PostgreSQL a range on session_id, on SQLite a test of its first characters."""
+    the sessions, a tenth of them, one long session), also come out of the two
+    dispatch indexes (session_id checked on their entries): on PostgreSQL a range on
+    session_id, on SQLite a test of its first characters."""
     lower, upper, params = _bounds(prefix)
     plan = dispatch_plans.explain(
         candidates(backend_of(dispatch_plans.engine), lower, upper, False), params
     )
-    assert plan.indexes() == {DISPATCH_AGE}, _why(plan)
-    assert not plan.sorts, _why(plan)
+    _assert_reads_only_the_dispatch_indexes(plan)
 
 
 @pytest.mark.parametrize("prefix", ("", *DISPATCH_PREFIXES))
 def test_claim_next_idle_retry_at_reads_only_a_partial_dispatchable_index(
     dispatch_plans: Explainer, prefix: str
 ) -> None:
-    """An idle claim_next's retry_at (the earliest claim still running under the prefix)
-    reads one of the partial indexes of dispatchable events, never a2_events whole nor
-    its key. No index leads with claim_expires_at, so it reads every claimed
-    dispatchable entry under the prefix (which one the planner takes is its choice)."""
+    """An idle claim_next's retry_at (the earliest claim, delay, run or wait ending
+    under the prefix) reads a partial index of dispatchable events from now on, never
+    a2_events whole nor its key: on SQLite a2_events_dispatch_due in its order; on
+    PostgreSQL whichever the statistics make cheaper (with few claims running, the
+    claim expiry index; test_claim_next_candidates_never_read_scheduled_or_waiting_events
+    counts what it reads past many scheduled and waiting events)."""
     lower, upper, params = _bounds(prefix)
     plan = dispatch_plans.explain(next_free(lower, upper), params)
-    partial = {DISPATCH_AGE, CLAIM_EXPIRY, DISPATCH_READY}
+    partial = {DISPATCH_DUE, CLAIM_EXPIRY, DISPATCH_READY}
     assert plan.accesses and plan.indexes() <= partial, _why(plan)
-    assert not plan.sorts, _why(plan)
+    if not dispatch_plans.postgres:
+        assert plan.indexes() == {DISPATCH_DUE} and not plan.sorts, _why(plan)

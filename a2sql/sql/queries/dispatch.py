@@ -7,13 +7,15 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, select
+from sqlalchemy import ColumnElement, Select, bindparam, select, union_all
 
 from a2sql.backends.base import Backend
+from a2sql.backends.column_types import Timestamp
 from a2sql.core.arguments import Lease
-from a2sql.core.records import Dispatch
+from a2sql.core.records import NO_TIMEOUT, Dispatch
 from a2sql.sql.executor import Transaction
-from a2sql.sql.queries.claims import FREE, READY, claim_events, waits_for_good
+from a2sql.sql.queries.claims import READY, claim_events
+from a2sql.sql.queries.events import ONE_ROW
 from a2sql.sql.queries.operator_reads import prefix_successor
 from a2sql.sql.schema import events as E
 from a2sql.sql.times import NOW
@@ -38,24 +40,43 @@ def bounds(prefix: str) -> dict[str, Any]:
 
 @cache
 def candidates(backend: Backend, lower: bool, upper: bool, skipping: bool) -> Select[Any]:
-    """Session ids of the oldest claimable events: a2_events_dispatch_age in order, the
-    prefix tested as the backend tests it on a walk in that order."""
-    statement = select(E.c.session_id).where(*READY, FREE)
-    statement = backend.under_prefix_by_age(statement, E.c.session_id, lower, upper)
-    if skipping:
-        statement = statement.where(E.c.session_id.not_in(bindparam("skipped", expanding=True)))
-    return statement.order_by(E.c.created_at, E.c.session_id).limit(CANDIDATES_PER_READ)
+    """Session ids of the oldest claimable events, oldest first: of the events never
+    held, the first few of a2_events_dispatch_free in its order; of the others, those
+    due now in a2_events_dispatch_due (an expired claim, a retry, run or wait whose
+    time came), sorted. Events held until later (claimed, scheduled, waiting) are never
+    read, however many. The prefix is tested as the backend tests it on a walk in age
+    order."""
+
+    def first(*held: ColumnElement[bool]) -> Select[Any]:
+        statement: Select[Any] = select(E.c.session_id, E.c.created_at).where(*READY, *held)
+        statement = backend.under_prefix_by_age(statement, E.c.session_id, lower, upper)
+        if skipping:
+            statement = statement.where(E.c.session_id.not_in(bindparam("skipped", expanding=True)))
+        return statement.order_by(E.c.created_at, E.c.session_id).limit(CANDIDATES_PER_READ)
+
+    never_held = first(E.c.claim_expires_at.is_(None)).subquery("never_held")
+    due = first(E.c.claim_expires_at.is_not(None), E.c.claim_expires_at <= NOW).subquery("due")
+    both = union_all(select(never_held), select(due)).subquery("claimable")
+    return (
+        select(both.c.session_id)
+        .order_by(both.c.created_at, both.c.session_id)
+        .limit(CANDIDATES_PER_READ)
+    )
 
 
 @cache
-def next_free(lower: bool, upper: bool, *, but_waits: bool = False) -> Select[Any]:
+def next_free(lower: bool, upper: bool) -> Select[Any]:
     """When the next claim, retry delay, later run or wait's timeout under the prefix
-    ends; ``but_waits``: passing over waits (for when the first is a wait without a
-    timeout, a2sql.sql.queries.claims.waits_for_good)."""
-    statement = select(func.min(E.c.claim_expires_at)).where(*READY, E.c.claim_expires_at > NOW)
-    if but_waits:
-        statement = statement.where(E.c.wake_on.is_(None))
-    return _under_prefix(statement, lower, upper)
+    ends: the first entry of a2_events_dispatch_due after now. Not a wait without a
+    timeout (NO_TIMEOUT), which never ends by itself, nor anything else as late."""
+    statement = select(E.c.claim_expires_at).where(
+        *READY,
+        E.c.claim_expires_at.is_not(None),
+        E.c.claim_expires_at > NOW,
+        E.c.claim_expires_at < bindparam("no_timeout", NO_TIMEOUT, type_=Timestamp()),
+    )
+    # The first entry in index order (see a2sql.sql.queries.events on firsts).
+    return _under_prefix(statement, lower, upper).order_by(E.c.claim_expires_at).limit(ONE_ROW)
 
 
 def _under_prefix(statement: Select[Any], lower: bool, upper: bool) -> Select[Any]:
@@ -109,8 +130,5 @@ def claim_next(
     if locked:
         # Claimable events wait in sessions other transactions hold: now, not later.
         return Dispatch("idle", retry_at=now)
-    params = {**under, "now": now}
-    [(retry_at,)] = tx.rows(next_free(lower, upper), params)
-    if waits_for_good(retry_at):
-        [(retry_at,)] = tx.rows(next_free(lower, upper, but_waits=True), params)
-    return Dispatch("idle", retry_at=retry_at)
+    found = tx.rows(next_free(lower, upper), {**under, "now": now})
+    return Dispatch("idle", retry_at=found[0][0] if found else None)
