@@ -44,6 +44,7 @@ from a2sql.core.records import (
     StoredEvent,
     StoreTotals,
 )
+from a2sql.worker.schedules import Schedule
 
 __all__ = [
     "JSON",
@@ -79,6 +80,7 @@ __all__ = [
     "ReleaseResult",
     "RenewResult",
     "RetryResult",
+    "Schedule",
     "SessionPage",
     "SessionSummary",
     "SignalResult",

@@ -64,6 +64,15 @@ def _not_nan(_ctx: click.Context, param: click.Parameter, value: float | None) -
 )
 @click.option("--until-idle", is_flag=True, help="Exit once no work is claimable now or later.")
 @click.option(
+    "--schedule",
+    "schedules",
+    multiple=True,
+    metavar="MODULE:NAME",
+    help="An a2sql.Schedule (or a list of them) whose events this worker appends as their"
+    " slots come, e.g. app:nightly; repeatable. Every worker may run it: each slot's"
+    " event is appended once.",
+)
+@click.option(
     "--poll-interval",
     default=1.0,
     show_default=True,

@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -46,6 +46,15 @@ from a2sql.worker.policy import (
     stopping_too_long,
     vanished,
     waiting_event,
+)
+from a2sql.worker.schedules import (
+    MAX_SLEEP_S,
+    RETRY_S,
+    Schedule,
+    Slots,
+    append_due_async,
+    checked,
+    slot_failed,
 )
 
 T = TypeVar("T")
@@ -154,9 +163,12 @@ class AsyncWorker:
         grace_s: float = 30.0,
         concurrency: int = 1,
         timeout_s: float | None = None,
+        schedules: Sequence[Schedule] = (),
     ) -> None:
         self.store = store
         self.handler = handler
+        # Appended by ``run()`` as their slots come (a2sql.worker.schedules).
+        self.schedules = checked(schedules)
         self.settings = settings(
             prefix=prefix,
             holder=holder,
@@ -237,7 +249,7 @@ class AsyncWorker:
 
         unsubscribe = self.store.watch(wake)
         try:
-            async with self._serving(), self._signals():
+            async with self._serving(), self._signals(), self._scheduling():
                 try:
                     pacing = Pacing()
                     idle = IdlePacing(s.poll_interval)
@@ -622,6 +634,30 @@ class AsyncWorker:
             with suppress(asyncio.CancelledError):
                 await renewer
             self._running = False
+
+    @asynccontextmanager
+    async def _scheduling(self) -> AsyncIterator[None]:
+        """Append the schedules' slots in a task of their own while ``run()`` serves."""
+        if not self.schedules:
+            yield
+            return
+        task = asyncio.create_task(self._run_schedules(), name="a2sql-schedules")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+
+    async def _run_schedules(self) -> None:
+        slots = Slots(self.schedules)
+        while True:
+            try:
+                wait = await append_due_async(self.store, slots, slot_failed)
+            except Exception:  # never let the schedules die: log and go on
+                log.exception("appending scheduled events failed")
+                wait = RETRY_S
+            await asyncio.sleep(min(wait, MAX_SLEEP_S) + 0.001)
 
     @asynccontextmanager
     async def _signals(self) -> AsyncIterator[None]:

@@ -15,12 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from a2sql.worker.pool import Pool
-from a2sql.worker.serving import configure_logging, load_handler, serve
+from a2sql.worker.serving import configure_logging, load_handler, load_schedules, serve
 
 
 def run(options: dict[str, Any]) -> int:
     """The ``worker`` command, with its options by name (``a2sql.cli.worker``)."""
     load_handler(options["handler"])  # fail here, once, rather than in every process
+    load_schedules(options.get("schedules", ()))
     configure_logging()
     if options["processes"] == 1:
         return serve(options)

@@ -9,12 +9,13 @@ import importlib
 import inspect
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any, TypeAlias
 
 from a2sql.core.errors import A2Error, ErrorCode
 from a2sql.core.urls import listen_argument, shown_url
+from a2sql.worker.schedules import Schedule, checked
 
 log = logging.getLogger("a2sql.worker")
 
@@ -22,13 +23,13 @@ log = logging.getLogger("a2sql.worker")
 StopWorker: TypeAlias = Callable[[], None]
 
 
-def load_handler(spec: str) -> Any:
-    """``package.module:function`` (or ``module:object.attribute``), imported."""
+def _imported(spec: str, what: str, example: str) -> Any:
+    """``package.module:name`` (or ``module:object.attribute``), imported."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise A2Error(
             ErrorCode.INVALID_ARGUMENT,
-            f"handler {spec!r}: expected MODULE:HANDLER, e.g. app:handle",
+            f"{what} {spec!r}: expected MODULE:{what.upper()}, e.g. {example}",
         )
     if "" not in sys.path:  # as `python -m` would: the working directory's modules
         sys.path.insert(0, "")
@@ -36,18 +37,40 @@ def load_handler(spec: str) -> Any:
         target: Any = importlib.import_module(module_name)
     except ImportError as error:
         raise A2Error(
-            ErrorCode.INVALID_ARGUMENT, f"handler {spec!r}: cannot import {module_name!r}: {error}"
+            ErrorCode.INVALID_ARGUMENT, f"{what} {spec!r}: cannot import {module_name!r}: {error}"
         ) from error
     for part in attribute.split("."):
         if not hasattr(target, part):
             raise A2Error(
                 ErrorCode.INVALID_ARGUMENT,
-                f"handler {spec!r}: {module_name!r} has no {attribute!r}",
+                f"{what} {spec!r}: {module_name!r} has no {attribute!r}",
             )
         target = getattr(target, part)
+    return target
+
+
+def load_handler(spec: str) -> Any:
+    """``package.module:function`` (or ``module:object.attribute``), imported."""
+    target = _imported(spec, "handler", "app:handle")
     if not callable(target):
         raise A2Error(ErrorCode.INVALID_ARGUMENT, f"handler {spec!r} is not callable")
     return target
+
+
+def load_schedules(specs: Sequence[str]) -> list[Schedule]:
+    """Each ``package.module:name``, imported: a ``Schedule``, or a list of them."""
+    found: list[Schedule] = []
+    for spec in specs:
+        target = _imported(spec, "schedule", "app:nightly")
+        items = target if isinstance(target, list | tuple) else [target]
+        for item in items:
+            if not isinstance(item, Schedule):
+                raise A2Error(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"schedule {spec!r} is a {type(item).__name__}, not an a2sql.Schedule",
+                )
+            found.append(item)
+    return checked(found)
 
 
 def configure_logging() -> None:
@@ -73,6 +96,7 @@ def serve(options: dict[str, Any], on_start: Callable[[StopWorker], None] | None
         "poll_interval": options["poll_interval"],
         "concurrency": options["concurrency"],
         "timeout_s": options["timeout_s"],
+        "schedules": load_schedules(options.get("schedules", ())),
     }
     if inspect.iscoroutinefunction(handler):
         return asyncio.run(_serve_async(options, handler, settings, on_start))

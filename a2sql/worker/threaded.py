@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -43,6 +43,7 @@ from a2sql.worker.policy import (
     vanished,
     waiting_event,
 )
+from a2sql.worker.schedules import Schedule, Slots, checked, run_schedules, slot_failed
 
 T = TypeVar("T")
 
@@ -152,7 +153,8 @@ class Worker:
     unwatched). With ``transactional=True`` the handler runs inside that
     transaction and gets ``attempt.connection`` (on SQLite the transaction
     holds the database's write lock while the handler runs: prefer
-    ``Outcome``).
+    ``Outcome``). ``schedules``: ``Schedule``s whose events ``run()`` appends as
+    their slots come, as every worker running them does, with no leader.
     """
 
     def __init__(
@@ -171,9 +173,12 @@ class Worker:
         grace_s: float = 30.0,
         concurrency: int = 1,
         timeout_s: float | None = None,
+        schedules: Sequence[Schedule] = (),
     ) -> None:
         self.store = store
         self.handler = handler
+        # Appended by ``run()`` as their slots come (a2sql.worker.schedules).
+        self.schedules = checked(schedules)
         self.settings = settings(
             prefix=prefix,
             holder=holder,
@@ -259,7 +264,7 @@ class Worker:
         doubling wait allows).
         """
         s = self.settings
-        with self._serving(), self._signals(), self._watching():
+        with self._serving(), self._signals(), self._watching(), self._scheduling():
             try:
                 pacing = Pacing()
                 idle = IdlePacing(s.poll_interval)
@@ -667,6 +672,26 @@ class Worker:
             done.set()
             renewer.join()
             self._running = False
+
+    @contextmanager
+    def _scheduling(self) -> Iterator[None]:
+        """Append the schedules' slots in a thread of their own while ``run()`` serves."""
+        if not self.schedules:
+            yield
+            return
+        done = threading.Event()
+        thread = threading.Thread(
+            target=run_schedules,
+            args=(self.store, Slots(self.schedules), done, slot_failed),
+            name="a2sql-schedules",
+            daemon=True,
+        )
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     @contextmanager
     def _watching(self) -> Iterator[None]:
