@@ -3,6 +3,7 @@ how long to wait idle, what an unknown commit turned out to be, which claims to 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -142,7 +143,7 @@ def returned_outcome(returned: object, event: StoredEvent, attempt: int) -> Outc
             raise TypeError(f"a handler returned {type(new).__name__} at {position}, not NewEvent")
         if new.id is None:
             derived = uuid.uuid5(RETURNED_IDS, f"{event.id}\x00{attempt}\x00{position}")
-            new = NewEvent(new.type, new.payload, str(derived), new.cause, new.lane, new.settled)
+            new = dataclasses.replace(new, id=str(derived))  # every other field as returned
         events.append(new)
     return Outcome(events, write)
 
