@@ -668,3 +668,12 @@ class AsyncInspector:
     async def totals(self) -> StoreTotals:
         """Counts over the whole database (``Inspector.totals``)."""
         return await self._store._run(operations.totals(self._store._ctx))
+
+    async def list_waiting_and_scheduled(
+        self, session_id: str, *, after_index: int = 0, limit: int = 50
+    ) -> list[StoredEvent]:
+        """The session's waiting and scheduled events, by index
+        (``Inspector.list_waiting_and_scheduled``)."""
+        return await self._store._run(
+            operations.list_waiting_and_scheduled(self._store._ctx, session_id, after_index, limit)
+        )

@@ -571,3 +571,13 @@ class Inspector:
         """Sessions, events, pending, claimed and dead letters over the whole database,
         and the oldest pending event's time. One pass over the table: for operators."""
         return self._store._run(operations.totals(self._store._ctx))
+
+    def list_waiting_and_scheduled(
+        self, session_id: str, *, after_index: int = 0, limit: int = 50
+    ) -> list[StoredEvent]:
+        """The session's events waiting for a signal (``StoredEvent.waiting``) or scheduled
+        for later, after ``after_index``, by index: those ``SessionSummary.waiting_count``
+        and ``scheduled_count`` count. Reads the session's unprocessed events."""
+        return self._store._run(
+            operations.list_waiting_and_scheduled(self._store._ctx, session_id, after_index, limit)
+        )

@@ -1,4 +1,5 @@
-"""The ``a2sql`` command: look into a store, repair it, copy it, migrate it, work it."""
+"""The ``a2sql`` command: look into a store, repair it, signal or cancel its sessions, copy
+it, migrate it, work it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Sequence
 import click
 
 from a2sql.cli.common import URL_HELP, CommandFailed
+from a2sql.cli.control import cancel, signal
 from a2sql.cli.copying import copy
 from a2sql.cli.demo import demo
 from a2sql.cli.reading import dead_letters, events, session, sessions, status, tail
@@ -48,6 +50,8 @@ for command in (
     dead_letters,
     retry,
     skip,
+    signal,
+    cancel,
     delete,
     prune,
     copy,

@@ -112,21 +112,24 @@ def existing(url: str | None, role: str = "database") -> URL:
     return resolved
 
 
-def refuse_unasked(yes: bool, command: str) -> None:
-    """A command that deletes asks first on a terminal; elsewhere it needs ``--yes``, so
-    that a script says it means it. Called before anything is opened."""
+def refuse_unasked(yes: bool, command: str, *, verb: str = "delete", dry_run: bool = True) -> None:
+    """A command that deletes (or cancels: ``verb``) asks first on a terminal; elsewhere it
+    needs ``--yes``, so that a script says it means it. Called before anything is opened;
+    ``dry_run``: whether the command takes ``--dry-run``."""
     if not yes and not sys.stdin.isatty():
+        instead = f" (or --dry-run to see what it would {verb})" if dry_run else ""
         raise CommandFailed(
-            f"{command} deletes and asks first, but stdin is not a terminal: "
-            "pass --yes to delete without asking (or --dry-run to see what it would delete)",
+            f"{command} {verb}s and asks first, but stdin is not a terminal: "
+            f"pass --yes to {verb} without asking{instead}",
             CANNOT_RUN,
         )
 
 
-def confirm(question: str) -> None:
-    """Ask on the terminal (on stderr: stdout stays data); anything but yes: exit 1."""
+def confirm(question: str, declined: str = "nothing deleted") -> None:
+    """Ask on the terminal (on stderr: stdout stays data); anything but yes: exit 1,
+    saying ``declined``."""
     if not click.confirm(printable(question), default=False, err=True):
-        raise CommandFailed("nothing deleted", NOTHING_DONE)
+        raise CommandFailed(declined, NOTHING_DONE)
 
 
 @contextmanager

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import click
 
 from a2sql import migrate as migrations
@@ -16,7 +18,7 @@ from a2sql.cli.common import (
     url_option,
 )
 from a2sql.cli.output import Output, age, iso
-from a2sql.cli.states import STATE_STYLES, event_state, first_line
+from a2sql.cli.states import STATE_STYLES, event_state, first_line, held_state, scheduled_at
 from a2sql.core.escaping import command_line
 from a2sql.core.records import SessionSummary, StoredEvent
 
@@ -27,8 +29,9 @@ from a2sql.core.records import SessionSummary, StoredEvent
 def status(url: str | None, as_json: bool) -> None:
     """The database at a glance.
 
-    URL, engine, schema revision, sessions, events, pending, claimed, dead
-    letters and the age of the oldest pending event.
+    URL, engine, schema revision, sessions, events, pending (of which claimed,
+    waiting for a signal, scheduled for later), dead letters and the age of the
+    oldest pending event.
     """
     out = Output(as_json=as_json)
     with opened(url) as store:
@@ -44,6 +47,8 @@ def status(url: str | None, as_json: bool) -> None:
             "events": totals.events,
             "pending": totals.pending,
             "claimed": totals.claimed,
+            "waiting": totals.waiting,
+            "scheduled": totals.scheduled,
             "dead_letters": totals.dead_letters,
             "oldest_pending_at": totals.oldest_pending_at,
             "oldest_pending_age_s": (
@@ -65,6 +70,8 @@ def status(url: str | None, as_json: bool) -> None:
             ("events", totals.events),
             ("pending", totals.pending),
             ("claimed", totals.claimed),
+            ("waiting", totals.waiting),
+            ("scheduled", totals.scheduled),
             ("dead letters", totals.dead_letters),
             (
                 "oldest pending",
@@ -141,20 +148,33 @@ def sessions(prefix: str, after: str | None, limit: int, url: str | None, as_jso
 @url_option
 @json_option
 def session(session_id: str, url: str | None, as_json: bool) -> None:
-    """One session's counts and snapshots.
+    """One session's counts, snapshots, and waiting and scheduled events.
 
-    SESSION_ID is the exact id, not a prefix.
+    SESSION_ID is the exact id, not a prefix. Its first events waiting for a
+    signal (which, until when) or scheduled for later (at when) are listed,
+    by index; `a2sql events` shows them all.
     """
     out = Output(as_json=as_json)
     with opened(url) as store:
         out.database(shown(url))
+        # Read first: what the list finds scheduled (due after the list's own time) is
+        # due after this time too, so each event it lists has its state here.
+        now = store.clock.now()
         summary = store.inspect.session(session_id)
         if summary is None:
             raise CommandFailed(f"no session {session_id!r} (it has no events)")
         snapshots = store.inspect.list_snapshots(session_id)
-        now = store.clock.now()
+        held = _held(store, summary, now)
+    more = summary.waiting_count + summary.scheduled_count - len(held)
     if as_json:
-        out.json({"url": shown(url), "session": summary, "snapshots": snapshots})
+        out.json(
+            {
+                "url": shown(url),
+                "session": summary,
+                "snapshots": snapshots,
+                "waiting_and_scheduled": [_event_document(e, s, now) for e, s in held],
+            }
+        )
         return
     oldest = summary.oldest_pending_at
     out.fields(
@@ -163,6 +183,8 @@ def session(session_id: str, url: str | None, as_json: bool) -> None:
             ("events", summary.event_count),
             ("pending", summary.pending_count),
             ("claimed", summary.claimed_count),
+            ("waiting", summary.waiting_count),
+            ("scheduled", summary.scheduled_count),
             ("dead letters", summary.failed_count),
             ("blocked", summary.blocked_count),
             ("attempts", summary.attempt_count),
@@ -181,13 +203,44 @@ def session(session_id: str, url: str | None, as_json: bool) -> None:
         [[s.reducer_name, s.index, iso(s.updated_at)] for s in snapshots],
         empty="no snapshots",
     )
+    if not held:
+        return
+    out.line("")
+    out.table(
+        ["index", "type", "lane", "state", "detail"],
+        [[e.index, e.type, e.lane or "-", state, detail] for e, (state, detail) in held],
+        styles=[STATE_STYLES[state] for _, (state, _) in held],
+    )
+    if more > 0:
+        flag = () if url is None else ("--url", shown(url))
+        after = command_line("a2sql", "events", session_id, "--after", held[-1][0].index, *flag)
+        out.note(f"({more} more waiting or scheduled: {after})")
 
 
-def _event_document(event: StoredEvent, state: tuple[str, str]) -> dict[str, object]:
+HELD_SHOWN = 20
+"""How many waiting and scheduled events ``a2sql session`` lists."""
+
+
+def _held(
+    store: Store, summary: SessionSummary, now: datetime
+) -> list[tuple[StoredEvent, tuple[str, str]]]:
+    """The session's first waiting and scheduled events, with their states; no read when
+    its counts have none."""
+    if not summary.waiting_count and not summary.scheduled_count:
+        return []
+    found = store.inspect.list_waiting_and_scheduled(summary.session_id, limit=HELD_SHOWN)
+    return [(e, state) for e in found if (state := held_state(e, now)) is not None]
+
+
+def _event_document(event: StoredEvent, state: tuple[str, str], now: datetime) -> dict[str, object]:
+    """The event's fields, its state and detail, and for scripts when a waiting event times
+    out (``wait_until``: null without a timeout) and a scheduled one runs (``scheduled_at``)."""
     from a2sql.cli.output import jsonable
 
     document: dict[str, object] = jsonable(event)
     document["state"], document["detail"] = state
+    document["wait_until"] = jsonable(event.wait_until)
+    document["scheduled_at"] = jsonable(scheduled_at(event, now))
     return document
 
 
@@ -219,10 +272,12 @@ def _payload(event: StoredEvent) -> str:
 def events(session_id: str, after: int, limit: int, url: str | None, as_json: bool) -> None:
     """A session's events, each with its state.
 
-    pending (waits for its lane), ready, claimed (by whom, until when), retrying
+    pending (waits for its lane), ready, claimed (by whom, until when), waiting
+    (for which signal, until when), scheduled (claimable at a time), retrying
     (failed, claimable again at a time), processed (by which attempt), settled
-    (appended processed), skipped, dead-lettered, blocked (behind a dead letter).
-    A session with no events does not exist: exit 1, as for `a2sql session`.
+    (appended processed, or a signal), skipped (or cancelled), dead-lettered,
+    blocked (behind a dead letter). A session with no events does not exist:
+    exit 1, as for `a2sql session`.
     """
     out = Output(as_json=as_json)
     with opened(url) as store:
@@ -238,7 +293,9 @@ def events(session_id: str, after: int, limit: int, url: str | None, as_json: bo
                 "url": shown(url),
                 "session_id": session_id,
                 "through_index": page.through_index,
-                "events": [_event_document(e, s) for e, s in zip(page.events, states, strict=True)],
+                "events": [
+                    _event_document(e, s, now) for e, s in zip(page.events, states, strict=True)
+                ],
             }
         )
         return
@@ -333,12 +390,13 @@ def dead_letters(prefix: str, limit: int, url: str | None, as_json: bool) -> Non
     with opened(url) as store:
         out.database(shown(url))
         found, blocked, more = _all_dead_letters(store, prefix, limit)
+        now = store.clock.now()
     if as_json:
         out.json(
             {
                 "url": shown(url),
                 "dead_letters": [
-                    {**_event_document(e, ("dead-lettered", "")), "blocks": blocked[i]}
+                    {**_event_document(e, ("dead-lettered", ""), now), "blocks": blocked[i]}
                     for i, e in enumerate(found)
                 ],
                 "more": more,

@@ -13,14 +13,45 @@ def first_line(text: str | None) -> str:
     return "" if text is None else text.split("\n", 1)[0]
 
 
+def held_state(event: StoredEvent, now: datetime) -> tuple[str, str] | None:
+    """A waiting event's state (for which signal, until when) or a scheduled one's (at
+    when), as ``SessionSummary.waiting_count`` and ``scheduled_count`` count them;
+    ``None`` for any other event."""
+    if event.waiting:
+        until = event.wait_until
+        if until is None:
+            return "waiting", f"for signal {event.wake_on}, no timeout"
+        if until > now:
+            return "waiting", f"for signal {event.wake_on} until {iso(until)}"
+        return "waiting", f"for signal {event.wake_on}, timed out at {iso(until)}"
+    expires = event.claim_expires_at
+    if (
+        event.processed_at is None
+        and event.failed_at is None
+        and event.first_claimed_at is None
+        and event.claim_holder is None
+        and expires is not None
+        and expires > now
+    ):
+        return "scheduled", f"at {iso(expires)}"
+    return None
+
+
+def scheduled_at(event: StoredEvent, now: datetime) -> datetime | None:
+    """When a scheduled event becomes claimable; ``None`` for any other event."""
+    held = held_state(event, now)
+    return event.claim_expires_at if held is not None and held[0] == "scheduled" else None
+
+
 def event_state(event: StoredEvent, page: EventPage, now: datetime) -> tuple[str, str]:
     """What an event is waiting for or went through, as (state, detail)."""
     if event.processed_at is not None:
         if event.processed_by_attempt is not None:
             return "processed", f"by attempt {event.processed_by_attempt}"
-        # Processed by no attempt: appended settled, or skipped with a reason.
+        # Processed by no attempt: appended settled (a signal among them), or skipped
+        # (or cancelled) with a reason.
         if event.last_error is None:
-            return "settled", "appended processed"
+            return "settled", "a signal" if event.is_signal else "appended processed"
         return "skipped", first_line(event.last_error)
     if event.failed_at is not None:
         return (
@@ -29,6 +60,12 @@ def event_state(event: StoredEvent, page: EventPage, now: datetime) -> tuple[str
         )
     if event.index in page.blocked:
         return "blocked", f"behind a dead letter in lane {event.lane}"
+    held = held_state(event, now)
+    if held is not None:
+        state, detail = held
+        if event.index in page.waiting:
+            detail += f"; also behind the earlier events of lane {event.lane}"
+        return state, detail
     if event.index in page.waiting:
         return "pending", f"waits for the earlier events of lane {event.lane}"
     expires = event.claim_expires_at
@@ -48,6 +85,8 @@ STATE_STYLES = {
     "dead-lettered": "bold red",
     "blocked": "red",
     "pending": None,
+    "waiting": "magenta",
+    "scheduled": "blue",
     "claimed": "cyan",
     "retrying": "yellow",
     "ready": "yellow",

@@ -260,7 +260,11 @@ class SessionSummary:
     ``failed_count``: dead letters; ``claimed_count``: pending events under a
     live claim; ``blocked_count``: pending events that wait behind a dead
     letter in their lane; ``oldest_pending_at``: when the oldest pending
-    event was appended (``None`` when none is).
+    event was appended (``None`` when none is); ``waiting_count``: pending
+    events waiting for a signal (``StoredEvent.waiting``, whether or not
+    their timeout passed); ``scheduled_count``: pending events appended with
+    an ``available_at`` still ahead, never claimed and not waiting. Both are
+    counted among the pending, never among the claimed.
     """
 
     session_id: str
@@ -274,13 +278,16 @@ class SessionSummary:
     claimed_count: int
     blocked_count: int
     oldest_pending_at: datetime | None
+    waiting_count: int = 0
+    scheduled_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class StoreTotals:
     """The whole database at a glance: what ``a2sql status`` prints.
 
-    Counts mean what they mean in ``SessionSummary``, summed over every session.
+    Counts mean what they mean in ``SessionSummary`` (``waiting`` is its ``waiting_count``,
+    ``scheduled`` its ``scheduled_count``), summed over every session.
     """
 
     sessions: int
@@ -289,6 +296,8 @@ class StoreTotals:
     claimed: int
     dead_letters: int
     oldest_pending_at: datetime | None
+    waiting: int = 0
+    scheduled: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -660,3 +660,17 @@ def pruned(results: Sequence[DeleteResult | None]) -> PruneResult:
         events=sum(result.events for result in deleted),
         snapshots=sum(result.snapshots for result in deleted),
     )
+
+
+def list_waiting_and_scheduled(
+    ctx: Context, session_id: object, after_index: object, limit: object
+) -> Plan[list[StoredEvent]]:
+    sid = validate.name(session_id, "session_id")
+    after = validate.integer(after_index, "after_index", minimum=0)
+    count = validate.limit(limit)
+    return Plan(
+        lambda c: inspect_ops.list_waiting_and_scheduled(
+            c, sid, after_index=after, limit=count, now=ctx.now()
+        ),
+        read_only=True,
+    )

@@ -35,7 +35,7 @@ from a2sql.sql.queries.attempts import COMPLETE_IF_CURRENT, PROMOTE_LANE_HEAD
 from a2sql.sql.queries.claims import NEXT_EXPIRY, claim, claim_statement
 from a2sql.sql.queries.dispatch import CANDIDATES_PER_READ, bounds, candidates, next_free
 from a2sql.sql.queries.events import EVENTS_BY_ID, PENDING_LANES, SESSION_STATUS
-from a2sql.sql.queries.operator_reads import PAGE
+from a2sql.sql.queries.operator_reads import PAGE, WAITING_OR_SCHEDULED
 from bench.databases import BURST, FILLER_T0_MS
 
 SESSIONS = 200
@@ -834,3 +834,12 @@ def test_claim_next_idle_retry_at_reads_only_a_partial_dispatchable_index(
     assert plan.accesses and plan.indexes() <= partial, _why(plan)
     if not dispatch_plans.postgres:
         assert plan.indexes() == {DISPATCH_DUE} and not plan.sorts, _why(plan)
+
+
+def test_waiting_and_scheduled_seek_the_sessions_unprocessed_events(plans: Explainer) -> None:
+    """inspect.list_waiting_and_scheduled (SPEC §7) reads the session's unprocessed events
+    (a2_events_unprocessed), not all its events nor the table. (PostgreSQL may gather
+    them in a bitmap and sort the few that match: the cost is the same.)"""
+    params = {"sid": LONG, "after": 0, "limit": 51, "now": NOW}
+    plan = plans.explain(WAITING_OR_SCHEDULED, params)
+    assert plan.seeks(UNPROCESSED) and plan.indexes() == {UNPROCESSED}, _why(plan)

@@ -1,4 +1,5 @@
-"""Inspection for operators: sessions with counts, pages of events, dead letters."""
+"""Inspection for operators: sessions with counts, pages of events, waiting and scheduled
+events, dead letters."""
 
 from __future__ import annotations
 
@@ -23,7 +24,14 @@ from a2sql.backends.base import Backend
 from a2sql.backends.column_types import Timestamp
 from a2sql.core.errors import invalid
 from a2sql.core.jsontext import decode_json
-from a2sql.core.records import DeadLetterPage, EventPage, SessionPage, SessionSummary, StoreTotals
+from a2sql.core.records import (
+    DeadLetterPage,
+    EventPage,
+    SessionPage,
+    SessionSummary,
+    StoredEvent,
+    StoreTotals,
+)
 from a2sql.sql import executor as execute
 from a2sql.sql.codec import stored_event
 from a2sql.sql.executor import AnyRow, Transaction
@@ -45,6 +53,18 @@ _NOW = bindparam("now", type_=Timestamp())
 _PENDING = E.c.processed_at.is_(None) & E.c.failed_at.is_(None)
 _DEAD = E.c.processed_at.is_(None) & E.c.failed_at.is_not(None)
 _CLAIMED = _PENDING & E.c.claim_holder.is_not(None) & (E.c.claim_expires_at > _NOW)
+# SPEC §7. Neither has a claim holder, though both keep a claim expiry ahead: a
+# wait its timeout (or NO_TIMEOUT), a later run its ``available_at``. A signal's
+# own event has ``wake_on`` too, but is processed; a claim clears ``wake_on``; a
+# failed retry with a delay was claimed before.
+_WAITING = E.c.processed_at.is_(None) & E.c.wake_on.is_not(None) & E.c.first_claimed_at.is_(None)
+_SCHEDULED = (
+    _PENDING
+    & E.c.wake_on.is_(None)
+    & E.c.claim_holder.is_(None)
+    & E.c.first_claimed_at.is_(None)
+    & (E.c.claim_expires_at > _NOW)
+)
 
 # A dead letter is its lane's head (only a lane's head is ever claimed), so
 # what it blocks is every pending event after it in its lane; counted per
@@ -102,6 +122,8 @@ def _summary_columns(backend: Backend) -> list[ColumnElement[Any]]:
         _count(_CLAIMED),
         func.sum(case((_DEAD & E.c.lane.is_not(None), _BLOCKED_BEHIND), else_=_ZERO)),
         func.min(case((_PENDING, E.c.created_at))),
+        _count(_WAITING),
+        _count(_SCHEDULED),
     ]
 
 
@@ -118,6 +140,8 @@ def _summary(row: AnyRow) -> SessionSummary:
         claimed_count=int(row[8]),
         blocked_count=int(row[9]),
         oldest_pending_at=row[10],
+        waiting_count=int(row[11]),
+        scheduled_count=int(row[12]),
     )
 
 
@@ -203,6 +227,8 @@ _TOTALS = select(
     func.coalesce(_count(_CLAIMED), 0),
     func.coalesce(_count(_DEAD), 0),
     func.min(case((_PENDING, E.c.created_at))),
+    func.coalesce(_count(_WAITING), 0),
+    func.coalesce(_count(_SCHEDULED), 0),
 )
 
 
@@ -216,7 +242,43 @@ def totals(tx: Transaction, *, now: datetime) -> StoreTotals:
         claimed=int(row[3]),
         dead_letters=int(row[4]),
         oldest_pending_at=row[5],
+        waiting=int(row[6]),
+        scheduled=int(row[7]),
     )
+
+
+# --- waiting and scheduled events ---------------------------------------------
+
+# Both kinds at once: never claimed, no holder, and either waiting for a signal or
+# held until a time ahead. ``processed_at IS NULL`` spelled alone, so that the
+# walk is a2_events_unprocessed's (the session's unprocessed events, in index
+# order), not every event of the session.
+WAITING_OR_SCHEDULED = (
+    select(E)
+    .where(
+        E.c.session_id == SESSION,
+        E.c.processed_at.is_(None),
+        E.c.idx > bindparam("after"),
+        E.c.first_claimed_at.is_(None),
+        E.c.claim_holder.is_(None),
+        E.c.failed_at.is_(None),
+        E.c.wake_on.is_not(None) | (E.c.claim_expires_at > _NOW),
+    )
+    .order_by(E.c.idx)
+    .limit(bindparam("limit"))
+)
+
+
+def list_waiting_and_scheduled(
+    tx: Transaction, session_id: str, *, after_index: int, limit: int, now: datetime
+) -> list[StoredEvent]:
+    """The session's waiting and scheduled events after ``after_index``, by index (as
+    ``SessionSummary.waiting_count`` and ``scheduled_count`` count them)."""
+    rows = tx.rows(
+        WAITING_OR_SCHEDULED,
+        {"sid": session_id, "after": after_index, "limit": limit, "now": now},
+    )
+    return [stored_event(row) for row in rows]
 
 
 # --- dead letters -------------------------------------------------------------

@@ -1,5 +1,6 @@
 """§6 Operations, reading: inspect.session, the new SessionSummary counts, inspect.totals,
-which events wait or are blocked, and inspect.list_dead_letters."""
+which events wait or are blocked, and inspect.list_dead_letters; §7's waiting and
+scheduled events among them (counts, and inspect.list_waiting_and_scheduled)."""
 
 from __future__ import annotations
 
@@ -186,3 +187,158 @@ def test_claimed_count_uses_the_store_clock(store: Store, clock: FakeClock) -> N
     summary = store.inspect.session("s")
     assert summary is not None and summary.claimed_count == 0
     assert clock.now() - summary.first_event_at == timedelta(milliseconds=1_000)
+
+
+HOUR = timedelta(hours=1)
+
+
+def _counts(store: Store, session_id: str = "s") -> tuple[int, int, int, int]:
+    """(pending, claimed, waiting, scheduled) of the session."""
+    summary = store.inspect.session(session_id)
+    assert summary is not None
+    return (
+        summary.pending_count,
+        summary.claimed_count,
+        summary.waiting_count,
+        summary.scheduled_count,
+    )
+
+
+def _held(store: Store, session_id: str = "s") -> list[int]:
+    return [e.index for e in store.inspect.list_waiting_and_scheduled(session_id)]
+
+
+def _claim_indexes(store: Store, session_id: str = "s") -> list[int]:
+    """Claim what is claimable, for a day: the claims outlive the test's clock moves."""
+    claim = store.claim_available(session_id, holder="w", ttl_ms=24 * 3_600_000)
+    return [e.index for e in claim.events]
+
+
+def test_waiting_and_scheduled_events_are_pending_never_claimed(
+    store: Store, clock: FakeClock
+) -> None:
+    """§7 in SessionSummary: a wait (with or without a timeout) and a later run count as
+    waiting and scheduled, and as pending, never as claimed; a run whose time came is
+    not scheduled, a wait whose timeout passed waits until a claim takes it, a signal
+    ends its waits."""
+    later = clock.now() + HOUR
+    store.append(
+        "s",
+        [
+            NewEvent("approve?", wake_on="go"),  # 1: waits for the signal alone
+            NewEvent("remind?", wake_on="go", available_at=later),  # 2: or its timeout
+            NewEvent("follow-up", available_at=later),  # 3: scheduled
+            NewEvent("now"),  # 4: ready
+            NewEvent("past", available_at=clock.now() - HOUR),  # 5: ready too
+        ],
+    )
+    assert _counts(store) == (5, 0, 2, 1)
+    assert _held(store) == [1, 2, 3]
+    assert _claim_indexes(store) == [4, 5]
+    assert _counts(store) == (5, 2, 2, 1)
+    clock.set(later)  # 3's time came; 2's timeout passed, but nothing claimed it yet
+    assert _counts(store) == (5, 2, 2, 0)
+    assert _held(store) == [1, 2]
+    assert _claim_indexes(store) == [2, 3]
+    assert _counts(store) == (5, 4, 1, 0)
+    assert store.signal("s", "go").woken == [1]
+    summary = store.inspect.session("s")
+    assert summary is not None
+    assert (summary.event_count, summary.pending_count, summary.waiting_count) == (6, 5, 0)
+    assert _held(store) == []
+
+
+def test_a_delayed_retry_a_signal_and_a_cancel_are_neither_waiting_nor_scheduled(
+    store: Store, clock: FakeClock
+) -> None:
+    """§7 counts: a failed event claimable again later was claimed before (not scheduled);
+    a signal's own event is settled (not waiting); a cancelled session holds neither."""
+    store.append("s", [NewEvent("job")])
+    [job] = store.claim_available("s", holder="w", ttl_ms=60_000).events
+    store.fail_attempt(
+        "s", index=1, attempt=job.attempt_count, error="e", max_failures=3, retry_after_ms=60_000
+    )
+    store.signal("s", "go")
+    assert _counts(store) == (1, 0, 0, 0)
+    store.append(
+        "s", [NewEvent("w", wake_on="go2"), NewEvent("l", available_at=clock.now() + HOUR)]
+    )
+    assert _counts(store) == (3, 0, 1, 1)
+    assert store.cancel_session("s", reason="stop").cancelled == 3
+    assert _counts(store) == (0, 0, 0, 0)
+    assert _held(store) == []
+
+
+def test_a_scheduled_event_behind_its_lane_is_scheduled(store: Store, clock: FakeClock) -> None:
+    """§7 counts: a later run waiting behind its lane is scheduled all the same; the events
+    its lane holds behind it are neither."""
+    at = clock.now() + HOUR
+    store.append(
+        "s",
+        [
+            NewEvent("first", lane="L"),
+            NewEvent("later", lane="L", available_at=at),
+            NewEvent("after", lane="L"),
+        ],
+    )
+    assert _counts(store) == (3, 0, 0, 1)
+    assert _held(store) == [2]
+    [held] = store.inspect.list_waiting_and_scheduled("s")
+    assert (held.claim_expires_at, held.claim_holder, held.wake_on) == (at, None, None)
+
+
+def test_totals_count_waiting_and_scheduled_over_every_session(
+    store: Store, clock: FakeClock
+) -> None:
+    """inspect.totals: waiting and scheduled summed over the sessions, among the pending."""
+    empty = store.inspect.totals()
+    assert (empty.waiting, empty.scheduled) == (0, 0)
+    at = clock.now() + HOUR
+    store.append("a", [NewEvent("w", wake_on="go"), NewEvent("l", available_at=at)])
+    store.append("b", [NewEvent("w", wake_on="go", available_at=at), NewEvent("x")])
+    store.signal("c", "go")
+    totals = store.inspect.totals()
+    assert (totals.sessions, totals.events, totals.pending, totals.claimed) == (3, 5, 4, 0)
+    assert (totals.waiting, totals.scheduled) == (2, 1)
+    store.claim_available("b", holder="w", ttl_ms=2 * 3_600_000)  # x, not the wait
+    clock.set(at)
+    totals = store.inspect.totals()
+    assert (totals.pending, totals.claimed, totals.waiting, totals.scheduled) == (4, 1, 2, 0)
+    listed = {s.session_id: s for s in store.inspect.list_sessions().sessions}
+    assert [(s.waiting_count, s.scheduled_count) for s in listed.values()] == [
+        (1, 0),
+        (1, 0),
+        (0, 0),
+    ]
+    assert listed["a"] == store.inspect.session("a")
+
+
+def test_list_waiting_and_scheduled_pages_by_index(store: Store, clock: FakeClock) -> None:
+    """inspect.list_waiting_and_scheduled: the session's waiting and scheduled events alone,
+    by index, after ``after_index``, at most ``limit``; [] for a session without any."""
+    at = clock.now() + HOUR
+    store.append("s", [NewEvent("x")])
+    for n in range(3):
+        store.append("s", [NewEvent(f"l{n}", available_at=at), NewEvent(f"w{n}", wake_on="go")])
+    store.append("s", [NewEvent("y"), NewEvent("done", settled=True)])
+    store.append("t", [NewEvent("w", wake_on="go")])
+    assert _held(store) == [2, 3, 4, 5, 6, 7]
+    page = store.inspect.list_waiting_and_scheduled("s", after_index=3, limit=2)
+    assert [(e.index, e.type, e.waiting) for e in page] == [(4, "l1", False), (5, "w1", True)]
+    assert [e.index for e in store.inspect.list_waiting_and_scheduled("s", after_index=7)] == []
+    assert store.inspect.list_waiting_and_scheduled("nobody") == []
+    summary = store.inspect.session("s")
+    assert summary is not None
+    assert (summary.waiting_count, summary.scheduled_count) == (3, 3)
+
+
+@pytest.mark.parametrize(
+    ("session_id", "keywords"), [("", {}), ("s", {"after_index": -1}), ("s", {"limit": 0})]
+)
+def test_list_waiting_and_scheduled_refuses_bad_arguments(
+    store: Store, session_id: str, keywords: dict[str, int]
+) -> None:
+    """§4: a bad session id, index or limit is INVALID_ARGUMENT."""
+    with pytest.raises(A2Error) as raised:
+        store.inspect.list_waiting_and_scheduled(session_id, **keywords)
+    assert raised.value.code is ErrorCode.INVALID_ARGUMENT
