@@ -285,23 +285,31 @@ SIGNALLED = (
 )
 
 
-def _signalled(tx: Transaction, session_id: str, batch: Sequence[ValidEvent]) -> set[str]:
-    """The signals the batch's waiting events wait for that already reached the session
-    after their cause (any time, for an event without a cause): no wake-up is lost to a
-    signal sent while the handler that asked for the wait still ran."""
-    found: set[str] = set()
-    for event in batch:
-        name = event.wake_on
-        if name is None or event.settled or name in found:
-            continue
-        after = 0 if event.cause is None else event.cause.index
+# A wait, as the signal that would wake it is looked for: its name, and the index after
+# which the signal counts (its cause's, 0 without a cause).
+Wait = tuple[str, int]
+
+
+def _wait(event: ValidEvent) -> Wait | None:
+    if event.wake_on is None or event.settled:
+        return None
+    return event.wake_on, 0 if event.cause is None else event.cause.index
+
+
+def _signalled(tx: Transaction, session_id: str, batch: Sequence[ValidEvent]) -> set[Wait]:
+    """The batch's waits whose signal already reached the session after their cause (any
+    time, for an event without a cause): no wake-up is lost to a signal sent while the
+    handler that asked for the wait still ran. Each wait is looked up once."""
+    found: set[Wait] = set()
+    for wait in {wait for event in batch if (wait := _wait(event)) is not None}:
+        name, after = wait
         if tx.rows(SIGNALLED, {"sid": session_id, "name": name, "after": after}):
-            found.add(name)
+            found.add(wait)
     return found
 
 
 def _held_until(
-    event: ValidEvent, now: datetime, signalled: set[str]
+    event: ValidEvent, now: datetime, signalled: set[Wait]
 ) -> tuple[datetime | None, str | None]:
     """An appended event's claim expiry and ``wake_on``: a later run is held until its
     ``available_at``; a wait until its timeout, or for good (NO_TIMEOUT) without one,
@@ -311,7 +319,7 @@ def _held_until(
         return None, event.wake_on  # a signal's own name, or nothing
     at = event.available_at
     if event.wake_on is not None:
-        if event.wake_on in signalled or (at is not None and at <= now):
+        if _wait(event) in signalled or (at is not None and at <= now):
             return None, None
         return (NO_TIMEOUT if at is None else at), event.wake_on
     return (at if at is not None and at > now else None), None
