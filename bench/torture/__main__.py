@@ -7,6 +7,7 @@ Examples::
         --kill-every 3 --terminate-every 1 --pg-restart
     python -m bench.torture --scenario appenders --engine postgres --workers 8 --seed 3
     python -m bench.torture --scenario cancels --engine postgres --duration 600
+    python -m bench.torture --scenario control --engine sqlite --duration 60 --kill-every 3
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from bench.torture.appenders import AppendersConfig, run_appenders
 from bench.torture.cancels import CancelsConfig, run_cancels
 from bench.torture.coldstart import ColdStartConfig, run_cold_start
 from bench.torture.common import Report, scratch_target
+from bench.torture.control import ControlConfig, run_control
 from bench.torture.driver import WorkersConfig, run_workers
 from bench.torture.private_postgres import NoPrivatePostgres, private_postgres
 
@@ -31,7 +33,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--scenario", choices=["workers", "appenders", "coldstart", "cancels"], default="workers"
+        "--scenario",
+        choices=["workers", "appenders", "coldstart", "cancels", "control"],
+        default="workers",
     )
     parser.add_argument("--engine", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument(
@@ -67,6 +71,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--cancels", type=int, help="cancels: stop after this many cancellations (or --duration)"
     )
     parser.add_argument(
+        "--controllers",
+        type=int,
+        default=2,
+        help="control: processes sending signals and cancelling sessions beside the workers",
+    )
+    parser.add_argument(
         "--log-dir", help="where the processes' JSON lines go (default: a temp dir)"
     )
     parser.add_argument(
@@ -92,6 +102,10 @@ def run(args: argparse.Namespace) -> Report:
     workers = args.workers or (4 if args.engine == "sqlite" else 8)
     if args.engine != "postgres" and (args.pg_restart or args.terminate_every):
         raise SystemExit("--pg-restart and --terminate-every need --engine postgres")
+    if args.scenario == "control" and (
+        args.pg_restart or args.terminate_every or args.api != "sync"
+    ):
+        raise SystemExit("control: no --pg-restart, --terminate-every or --api async")
     if args.skew is not None and (args.skew < 0 or args.scenario != "workers"):
         raise SystemExit("--skew takes 0 or more ms, for the workers scenario")
     if args.pg_restart and args.url:
@@ -109,6 +123,20 @@ def run(args: argparse.Namespace) -> Report:
             return run_appenders(AppendersConfig(target, workers, args.batches, seed, args.log_dir))
         if args.scenario == "coldstart":
             return run_cold_start(ColdStartConfig(target, workers, args.rounds, seed))
+        if args.scenario == "control":
+            return run_control(
+                ControlConfig(
+                    target=target,
+                    workers=workers,
+                    duration=args.duration,
+                    seed=seed,
+                    controllers=args.controllers,
+                    kill_every=args.kill_every,
+                    ttl_ms=args.ttl_ms,
+                    drain_timeout=args.drain_timeout,
+                    log_dir=args.log_dir,
+                )
+            )
         if args.scenario == "cancels":
             return run_cancels(
                 CancelsConfig(target, args.tasks, args.duration, seed, cancels=args.cancels)

@@ -42,6 +42,70 @@ def all_sessions(store: Store, prefix: str) -> dict[str, SessionSummary]:
             return found
 
 
+# --- checks every scenario's sessions pass ---------------------------------------
+
+
+def logged_anomalies(records: list[dict[str, Any]]) -> list[str]:
+    """What the processes logged as anomalies (what each could tell was wrong by itself)."""
+    found = []
+    for r in records:
+        if r["k"] == "anomaly":
+            details = {k: v for k, v in r.items() if k not in ("k", "src", "t", "what")}
+            found.append(f"{r['src']}: {r['what']} {details}")
+    return found
+
+
+def index_and_id_problems(events: dict[str, list[StoredEvent]]) -> list[str]:
+    """Each session's indexes are 1..n without a gap; no event id is stored twice."""
+    found = []
+    ids: Counter[str] = Counter()
+    for sid, session in events.items():
+        indexes = [e.index for e in session]
+        if indexes != list(range(1, len(session) + 1)):
+            found.append(f"{sid}: indexes are not gapless 1..n: {indexes[:20]}...")
+        ids.update(e.id for e in session)
+    for event_id, count in ids.items():
+        if count > 1:
+            found.append(f"event id {event_id!r} stored {count} times")
+    return found
+
+
+def created_at_problems(sid: str, events: list[StoredEvent]) -> list[str]:
+    """A session's times never go back along its indexes (docs/contract.md)."""
+    return [
+        f"{sid}#{later.index}: created at {later.created_at}, before "
+        f"#{earlier.index} at {earlier.created_at}"
+        for earlier, later in pairwise(events)
+        if later.created_at < earlier.created_at
+    ]
+
+
+def summary_problems(
+    summaries: dict[str, SessionSummary], events: dict[str, list[StoredEvent]]
+) -> list[str]:
+    """inspect.list_sessions agrees with the events read."""
+    found = []
+    for sid, summary in summaries.items():
+        session = events[sid]
+        expected = (
+            len(session),
+            sum(1 for e in session if e.processed_at is None and e.failed_at is None),
+            sum(1 for e in session if e.failed_at is not None),
+            sum(e.attempt_count for e in session),
+            sum(e.failure_count for e in session),
+        )
+        found_counts = (
+            summary.event_count,
+            summary.pending_count,
+            summary.failed_count,
+            summary.attempt_count,
+            summary.failure_count,
+        )
+        if found_counts != expected:
+            found.append(f"{sid}: inspect counts {found_counts}, events read say {expected}")
+    return found
+
+
 def is_settled(event: StoredEvent) -> bool:
     """Appended already processed (a last-generation child): never work."""
     return event.processed_at is not None and event.processed_by_attempt is None
@@ -92,21 +156,10 @@ class WorkerRunCheck:
     # --- the database alone ------------------------------------------------------
 
     def check_logged_anomalies(self) -> None:
-        for r in self.records:
-            if r["k"] == "anomaly":
-                details = {k: v for k, v in r.items() if k not in ("k", "src", "t", "what")}
-                self.bad(f"{r['src']}: {r['what']} {details}")
+        self.report.anomalies += logged_anomalies(self.records)
 
     def check_indexes_and_ids(self) -> None:
-        ids: Counter[str] = Counter()
-        for sid, events in self.events.items():
-            indexes = [e.index for e in events]
-            if indexes != list(range(1, len(events) + 1)):
-                self.bad(f"{sid}: indexes are not gapless 1..n: {indexes[:20]}...")
-            ids.update(e.id for e in events)
-        for event_id, count in ids.items():
-            if count > 1:
-                self.bad(f"event id {event_id!r} stored {count} times")
+        self.report.anomalies += index_and_id_problems(self.events)
 
     def check_batches(self) -> None:
         """Every batch the feeder appended is stored exactly once, contiguously, in order."""
@@ -137,12 +190,7 @@ class WorkerRunCheck:
             self.check_lane(sid, lane, members)
         for event in events:
             self.check_fate(sid, event, children.get(event.index, []))
-        for earlier, later in pairwise(events):
-            if later.created_at < earlier.created_at:
-                self.bad(
-                    f"{sid}#{later.index}: created at {later.created_at}, before "
-                    f"#{earlier.index} at {earlier.created_at}"
-                )
+        self.report.anomalies += created_at_problems(sid, events)
 
     def check_child(self, sid: str, child: StoredEvent) -> None:
         cause = child.cause
@@ -344,24 +392,7 @@ class WorkerRunCheck:
 
     def check_summaries(self) -> None:
         """inspect.list_sessions agrees with the events read."""
-        for sid, summary in self.summaries.items():
-            events = self.events[sid]
-            expected = (
-                len(events),
-                sum(1 for e in events if e.processed_at is None and e.failed_at is None),
-                sum(1 for e in events if e.failed_at is not None),
-                sum(e.attempt_count for e in events),
-                sum(e.failure_count for e in events),
-            )
-            found = (
-                summary.event_count,
-                summary.pending_count,
-                summary.failed_count,
-                summary.attempt_count,
-                summary.failure_count,
-            )
-            if found != expected:
-                self.bad(f"{sid}: inspect counts {found}, events read say {expected}")
+        self.report.anomalies += summary_problems(self.summaries, self.events)
 
     def count(self) -> None:
         report = self.report
