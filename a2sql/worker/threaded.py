@@ -93,8 +93,9 @@ class Attempt:
 
     def received(self, signal: str) -> StoredEvent | None:
         """For an event that waited: the first signal named ``signal`` in the session
-        after the event's cause (the one that woke it), or ``None`` when none came (its
-        timeout woke it)."""
+        after the event's cause, or ``None`` when none came (its timeout woke it). A
+        signal that came after the timeout, before this read, is returned too: the
+        answer is what the session holds now."""
         after = 0 if self.event.cause is None else self.event.cause.index
         return signal_after(self.store.read(self.session_id, after_index=after), signal)
 
