@@ -1,7 +1,9 @@
-"""A pure-Python reference model of SPEC §3, for the stateful conformance test.
+"""A pure-Python reference model of SPEC §3, with §6's operations and §7's time and
+control (later runs, waits, signals, cancellation), for the stateful conformance test.
 
-No database and no a2sql logic: only the record types and ``ErrorCode`` are
-imported, so that results of the model and of a real store compare directly.
+No database and no a2sql logic: only the record types, ``NO_TIMEOUT`` and
+``ErrorCode`` are imported, so that results of the model and of a real store
+compare directly.
 Every mutating operation runs on a copy of the state that is kept only when
 the operation returns, so an operation that raises has written nothing.
 """
@@ -18,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from a2sql import (
     JSON,
     AppendResult,
+    CancelResult,
     ClaimRef,
     ClaimResult,
     CompleteResult,
@@ -35,11 +38,13 @@ from a2sql import (
     RenewResult,
     RetryResult,
     SessionSummary,
+    SignalResult,
     SkipResult,
     Snapshot,
     StateRead,
     StoredEvent,
 )
+from a2sql.core.records import NO_TIMEOUT
 
 
 class ModelError(Exception):
@@ -58,7 +63,7 @@ class ReplayOrConflict:
     answer either the replay (``result``) or ``IDEMPOTENCY_CONFLICT``.
     """
 
-    result: AppendResult | CompleteResult
+    result: AppendResult | CompleteResult | SignalResult
 
 
 def truncate_ms(value: datetime) -> datetime:
@@ -106,6 +111,8 @@ class ModelEvent:
     failed_at: datetime | None = None
     claim_holder: str | None = None
     claim_expires_at: datetime | None = None
+    # §7: the signal a waiting event waits for, or a signal's own name.
+    wake_on: str | None = None
 
     def stored(self) -> StoredEvent:
         """The record ``store.read`` returns for this event."""
@@ -133,6 +140,7 @@ class ModelEvent:
             failed_at=self.failed_at,
             claim_holder=self.claim_holder,
             claim_expires_at=self.claim_expires_at,
+            wake_on=self.wake_on,
         )
 
     def event(self) -> Event:
@@ -150,6 +158,23 @@ class ModelEvent:
     def claimable_kind(self) -> bool:
         """Unprocessed, not dead-lettered and ready: the events claims consider."""
         return self.processed_at is None and self.failed_at is None and self.ready
+
+    @property
+    def waiting(self) -> bool:
+        """§7: waits for the signal ``wake_on``: unprocessed, never claimed, not woken."""
+        return (
+            self.wake_on is not None and self.processed_at is None and self.first_claimed_at is None
+        )
+
+    @property
+    def is_signal(self) -> bool:
+        """§7: a signal's own event (settled when appended, never claimed)."""
+        return (
+            self.wake_on is not None
+            and self.processed_at is not None
+            and self.first_claimed_at is None
+            and self.processed_by_attempt is None
+        )
 
 
 @dataclass
@@ -223,8 +248,10 @@ class Model:
         now: datetime,
     ) -> ModelEvent:
         """SPEC §3 append step 4 for one event, earlier events of the batch included; its
-        attempt count starts where a deleted session of the same id stopped (§6)."""
+        attempt count starts where a deleted session of the same id stopped (§6); its
+        claim expiry and ``wake_on`` as §7 holds it (``_held_until``)."""
         lane_free = not any(e.lane == new.lane and e.processed_at is None for e in events)
+        expires, wake_on = self._held_until(events, new, cause, now)
         inserted = ModelEvent(
             id=new.id if new.id is not None else self._new_id(),
             type=new.type,
@@ -237,9 +264,39 @@ class Model:
             ready=new.lane is None or lane_free,
             processed_at=now if new.settled else None,
             attempt_count=state.retired_attempts.get(session_id, 0),
+            claim_expires_at=expires,
+            wake_on=wake_on,
         )
         events.append(inserted)
         return inserted
+
+    @staticmethod
+    def _held_until(
+        events: list[ModelEvent], new: NewEvent, cause: EventCause | None, now: datetime
+    ) -> tuple[datetime | None, str | None]:
+        """§7: an appended event's claim expiry and ``wake_on``, ``now`` the time the
+        append records. A later run is held until ``available_at``; a wait until its
+        timeout, or NO_TIMEOUT without one, unless the session already holds a signal of
+        its name newer than its cause (any, without a cause: no wake-up is lost) or its
+        timeout is not ahead. A settled event ignores both."""
+        if new.settled:
+            return None, None
+        at = None if new.available_at is None else truncate_ms(new.available_at)
+        if new.wake_on is not None:
+            after = 0 if cause is None else cause.index
+            signalled = any(
+                e.is_signal and e.wake_on == new.wake_on and e.index > after for e in events
+            )
+            if signalled or (at is not None and at <= now):
+                return None, None
+            return (NO_TIMEOUT if at is None else at), new.wake_on
+        return (at if at is not None and at > now else None), None
+
+    @staticmethod
+    def _check_timing(batch: Sequence[NewEvent]) -> None:
+        """§7: a settled event never waits (its ``available_at`` is ignored)."""
+        if any(new.settled and new.wake_on is not None for new in batch):
+            raise ModelError(ErrorCode.INVALID_ARGUMENT, "wake_on on a settled event")
 
     @staticmethod
     def _replay(
@@ -265,6 +322,7 @@ class Model:
 
     def append(self, session_id: str, batch: Sequence[NewEvent]) -> AppendResult | ReplayOrConflict:
         """SPEC §3 append, idempotent replay included."""
+        self._check_timing(batch)
         if not batch:
             return AppendResult(
                 events=[], has_pending=self._has_pending(self.events_of(session_id))
@@ -306,6 +364,34 @@ class Model:
                 events=[e.stored() for e in inserted],
                 has_pending=had_pending or any(not new.settled for new in batch),
             )
+
+    def signal(
+        self, session_id: str, name: str, payload: JSON = None, *, id: str | None = None
+    ) -> SignalResult | ReplayOrConflict:
+        """§7 signal: append one settled event of type ``name`` (as ``append``, replay and
+        errors included) that keeps ``name`` in ``wake_on``, then wake the session's events
+        waiting for ``name``; a replay wakes nothing."""
+        appended = self.append(session_id, [NewEvent(name, payload, id=id, settled=True)])
+        loose = isinstance(appended, ReplayOrConflict)
+        result = appended.result if isinstance(appended, ReplayOrConflict) else appended
+        assert isinstance(result, AppendResult)
+        [event] = result.events
+        if result.replayed:
+            answer = SignalResult(event, [], replayed=True)
+            return ReplayOrConflict(answer) if loose else answer
+        # The append above wrote its event; nothing below can fail, so the two
+        # transactions are as one.
+        with self._transaction() as state:
+            events = self._events(state, session_id)
+            own = events[event.index - 1]
+            own.wake_on = name
+            woken = []
+            for e in events:
+                if e.wake_on == name and e.processed_at is None and e.first_claimed_at is None:
+                    e.claim_expires_at = None
+                    e.wake_on = None
+                    woken.append(e.index)
+            return SignalResult(own.stored(), woken)
 
     def read(
         self, session_id: str, *, after_index: int | None = None, through_index: int | None = None
@@ -365,20 +451,32 @@ class Model:
             if claimed:
                 return ClaimResult(outcome="claimed", events=claimed)
             active = self._live_expiries(events, now)
-            if active:
-                return ClaimResult(outcome="busy", retry_at=min(active))
-            return ClaimResult(outcome="settled")
+            if not active:
+                return ClaimResult(outcome="settled")
+            if min(active) >= NO_TIMEOUT:
+                # §7: a wait without a timeout never ends by itself: the others' expiry,
+                # if any; still busy, for the waiting event is pending.
+                others = self._live_expiries(events, now, waits=False)
+                return ClaimResult(outcome="busy", retry_at=min(others) if others else None)
+            return ClaimResult(outcome="busy", retry_at=min(active))
 
     @staticmethod
     def _free(e: ModelEvent, now: datetime) -> bool:
         return e.claimable_kind and (e.claim_expires_at is None or e.claim_expires_at <= now)
 
     @staticmethod
-    def _live_expiries(events: list[ModelEvent], now: datetime) -> list[datetime]:
+    def _live_expiries(
+        events: list[ModelEvent], now: datetime, *, waits: bool = True
+    ) -> list[datetime]:
+        """The claim expiries after ``now`` of dispatchable events; without those of
+        waiting events unless ``waits``."""
         return [
             e.claim_expires_at
             for e in events
-            if e.claimable_kind and e.claim_expires_at is not None and e.claim_expires_at > now
+            if e.claimable_kind
+            and e.claim_expires_at is not None
+            and e.claim_expires_at > now
+            and (waits or e.wake_on is None)
         ]
 
     def _claim(
@@ -404,6 +502,8 @@ class Model:
             e.last_claimed_at = at
             e.claim_holder = holder
             e.claim_expires_at = self._expiry(at, ttl_ms, expires_at)
+            # §7: a claimed event waits no more (its timeout passed).
+            e.wake_on = None
         return [e.stored() for e in claimable]
 
     def claim_next(
@@ -430,8 +530,12 @@ class Model:
                 _, sid = min(ages)
                 claimed = self._claim(under[sid], now, holder, ttl_ms, expires_at, limit=limit)
                 return Dispatch("claimed", sid, claimed)
+            # §7: nothing as late as NO_TIMEOUT (a wait without a timeout) ends by itself.
             active = [
-                when for events in under.values() for when in self._live_expiries(events, now)
+                when
+                for events in under.values()
+                for when in self._live_expiries(events, now)
+                if when < NO_TIMEOUT
             ]
             return Dispatch("idle", retry_at=min(active) if active else None)
 
@@ -500,6 +604,7 @@ class Model:
         self, session_id: str, *, index: int, attempt: int, events: Sequence[NewEvent]
     ) -> CompleteResult | ReplayOrConflict:
         """SPEC §3 complete_attempt, the retry of a committed completion included."""
+        self._check_timing(events)
         with self._transaction() as state:
             session = self._events(state, session_id)
             parent = self._at(session, index)
@@ -550,6 +655,8 @@ class Model:
         self, session_id: str, completions: Sequence[Completion]
     ) -> list[CompleteResult]:
         """complete_attempt for each, in order, all or nothing (a2sql's batched completion)."""
+        for completion in completions:
+            self._check_timing(completion.events)
         before = copy.deepcopy(self.state)
         results = []
         try:
@@ -644,6 +751,7 @@ class Model:
             e.ready = False
             e.claim_holder = None
             e.claim_expires_at = None
+            e.wake_on = None  # a skipped wait is no signal
             if e.lane is not None:
                 head = next(
                     (o for o in session if o.lane == e.lane and o.processed_at is None), None
@@ -651,6 +759,30 @@ class Model:
                 if head is not None:
                     head.ready = True
             return SkipResult("skipped")
+
+    def cancel_session(self, session_id: str, *, reason: str) -> CancelResult:
+        """§7 cancel_session: every unprocessed event processed without an attempt, each at
+        the time ``skip_event`` would record on it, ``reason`` kept."""
+        if not reason.strip():
+            raise ModelError(ErrorCode.INVALID_ARGUMENT, "a cancel must say why")
+        with self._transaction() as state:
+            session = self._events(state, session_id)
+            now = self.now()
+            cancelled = 0
+            for e in session:
+                if e.processed_at is not None:
+                    continue
+                e.processed_at = self._recorded(session, now, e.last_claimed_at)
+                e.processed_by_attempt = None
+                e.returned_event_ids = None
+                e.last_error = reason
+                e.failed_at = None
+                e.ready = False
+                e.claim_holder = None
+                e.claim_expires_at = None
+                e.wake_on = None  # a cancelled wait is no signal
+                cancelled += 1
+            return CancelResult(cancelled)
 
     def delete_session(self, session_id: str) -> DeleteResult:
         """§6 delete_session."""
@@ -738,6 +870,15 @@ class Model:
             ),
             blocked_count=sum(e.lane is not None and e.lane in dead_lanes for e in pending),
             oldest_pending_at=min((e.created_at for e in pending), default=None),
+            waiting_count=sum(e.waiting for e in events),
+            scheduled_count=sum(
+                e.wake_on is None
+                and e.claim_holder is None
+                and e.first_claimed_at is None
+                and e.claim_expires_at is not None
+                and e.claim_expires_at > now
+                for e in pending
+            ),
         )
 
     def dead_letters(self, prefix: str = "") -> list[StoredEvent]:

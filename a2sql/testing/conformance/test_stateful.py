@@ -1,12 +1,14 @@
 """SPEC §3 as a whole: random operation sequences on a real store agree with a2sql/testing/model.py.
 
 A hypothesis state machine drives appends (lanes, settled events, supplied
-ids with replays and collisions, causes), claims, renewals, completions and
-failures (stale and retried ones included), clock moves (back ones too, as
-on a host whose clock lags), snapshots and presence against a store and the
-pure-Python reference model. After every step the result, or the raised
-``ErrorCode``, of both must agree, and so must every session's full
-``store.read`` (all ``StoredEvent`` fields, payloads compared by JSON
+ids with replays and collisions, causes, later runs and waits), claims,
+renewals, completions and failures (stale and retried ones included),
+signals (replayed ones too) and cancellations (SPEC §7), clock moves (back
+ones too, as on a host whose clock lags, and onto the times events are held
+until), snapshots and presence against a store and the pure-Python
+reference model. After every step the result, or the raised ``ErrorCode``,
+of both must agree, and so must every session's full ``store.read`` (all
+``StoredEvent`` fields, ``wake_on`` included, payloads compared by JSON
 identity: same types, key order and float sign).
 """
 
@@ -33,6 +35,7 @@ from sqlalchemy import text
 
 import a2sql
 from a2sql import A2Error, ClaimRef, Completion, EventCause, NewEvent, Store
+from a2sql.core.records import NO_TIMEOUT
 from a2sql.testing import FakeClock
 from a2sql.testing.facades import execute_sql
 from a2sql.testing.model import Model, ModelError, ReplayOrConflict, truncate_ms
@@ -55,6 +58,14 @@ DELAYS = (None, None, 0, 50, 1000)
 PREFIXES = ("", "s1", "s", "x")
 STEPS_MS = (0, 1, 49, 50, 100, 999, 1000, 5000)
 MICROS = (0, 0, 1, 500, 999)
+# SPEC §7: the signals waits name (two, so that a signal wakes some waits and not others);
+# how an event is held: not at all (mostly), a later run, a wait without or with a timeout;
+# and where its available_at lies from the clock: past, now, or a few ms to seconds ahead.
+WAKE_NAMES = ("go", "ok")
+TIMINGS = ("none", "none", "none", "none", "none", "later", "wait", "wait_until")
+TIMED = ("later", "later", "wait", "wait_until", "wait_until")
+AVAILABLE_MS = (-1000, -1, 0, 1, 5, 50, 1000, 3000)
+CANCEL_REASONS = ("stop", "the user hung up", "done", "", " \t")
 REPLAY_CHANGES = (
     "same",
     "same",
@@ -90,6 +101,8 @@ texts = st.text(st.characters(codec="utf-8"), max_size=6)
 # fail_attempt's error is free text, not JSON: a NUL is refused there (PostgreSQL text cannot
 # hold one), so error messages are drawn without it.
 error_texts = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6)
+# cancel_session's reason: free text too, blank only as CANCEL_REASONS spells it, mostly.
+reasons = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=6)
 big_ints = st.integers(min_value=-(2**200), max_value=2**200) | st.sampled_from(
     [2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 10**100, -(10**300)]
 )
@@ -182,6 +195,8 @@ class StoreVersusModel(RuleBasedStateMachine):
         self.batches: list[tuple[str, list[NewEvent]]] = []
         self.completions: list[tuple[str, int, int, list[NewEvent]]] = []
         self.failures: list[tuple[str, int, int, str, int, int | None]] = []
+        # Signals sent (session, name, payload, id), to send again by the same id.
+        self.signals: list[tuple[str, str, Any, str | None]] = []
         self.presence_times: list[datetime] = []
         self.fresh = 0
         # The latest the clock has read: below it, the clock lags (``lagging_host``).
@@ -277,16 +292,41 @@ class StoreVersusModel(RuleBasedStateMachine):
         return data.draw(st.sampled_from(IDS))
 
     def new_event(
-        self, data: st.DataObject, session: str, *, cause: EventCause | None = None
+        self,
+        data: st.DataObject,
+        session: str,
+        *,
+        cause: EventCause | None = None,
+        timings: tuple[str, ...] = TIMINGS,
     ) -> NewEvent:
+        settled = data.draw(st.integers(0, 3)) == 0
+        available_at, wake_on = self.timing(data, data.draw(st.sampled_from(timings)), settled)
         return NewEvent(
             type=data.draw(st.sampled_from(TYPES)),
             payload=data.draw(payloads),
             id=self.event_id(data, "x"),
             cause=cause,
             lane=data.draw(st.sampled_from(LANES)),
-            settled=data.draw(st.integers(0, 3)) == 0,
+            settled=settled,
+            available_at=available_at,
+            wake_on=wake_on,
         )
+
+    def timing(
+        self, data: st.DataObject, kind: str, settled: bool
+    ) -> tuple[datetime | None, str | None]:
+        """§7 ``available_at`` and ``wake_on`` for a timing ``kind`` (see TIMINGS); a
+        settled event keeps its (ignored) time but seldom a ``wake_on``, which refuses
+        the whole call."""
+        at = None
+        if kind in ("later", "wait_until"):
+            offset = data.draw(st.sampled_from(AVAILABLE_MS) | st.integers(-100, 6000))
+            micros = data.draw(st.sampled_from(MICROS))
+            at = self.now() + timedelta(milliseconds=offset, microseconds=micros)
+        wake_on = None
+        if kind in ("wait", "wait_until") and (not settled or data.draw(st.integers(0, 7)) == 0):
+            wake_on = data.draw(st.sampled_from(WAKE_NAMES))
+        return at, wake_on
 
     def child(self, data: st.DataObject) -> NewEvent:
         """A returned event: it must carry an id, mostly fresh, sometimes a colliding one."""
@@ -306,7 +346,8 @@ class StoreVersusModel(RuleBasedStateMachine):
         return self.now() + timedelta(milliseconds=offset, microseconds=micros)
 
     def deadlines(self) -> list[datetime]:
-        """Every claim expiry and presence expiry the model holds that is not yet past."""
+        """Every claim expiry (later runs and wait timeouts included) and presence expiry
+        the model holds that is not yet past; not a wait's NO_TIMEOUT (it never comes)."""
         now = truncate_ms(self.now())
         found = [
             e.claim_expires_at
@@ -314,7 +355,7 @@ class StoreVersusModel(RuleBasedStateMachine):
             for e in events
             if e.claim_expires_at is not None
         ] + [row.expires_at for rows in self.model.state.presence.values() for row in rows.values()]
-        return sorted({when for when in found if when >= now})
+        return sorted({when for when in found if now <= when < NO_TIMEOUT})
 
     # --- operations on both ------------------------------------------------------
 
@@ -332,7 +373,7 @@ class StoreVersusModel(RuleBasedStateMachine):
         if isinstance(result, ModelError) or not result.events:
             return
         stored = [
-            NewEvent(e.type, e.payload, id=e.id, cause=e.cause, lane=e.lane, settled=s.settled)
+            replace(s, type=e.type, payload=e.payload, id=e.id, cause=e.cause, lane=e.lane)
             for e, s in zip(result.events, sent, strict=True)
         ]
         if (session, stored) not in self.batches:
@@ -442,6 +483,21 @@ class StoreVersusModel(RuleBasedStateMachine):
         label = f"fail({session!r}, {index}, {attempt}, {error!r}, max {max_failures}, {delay})"
         self.both(label, call(self.store), call(self.model))
 
+    def op_signal(self, session: str, name: str, payload: Any, signal_id: str | None) -> None:
+        def call(target: Any) -> Callable[[], Any]:
+            return lambda: target.signal(session, name, payload, id=signal_id)
+
+        label = f"signal({session!r}, {name!r}, {payload!r}, id={signal_id!r})"
+        result = self.both(label, call(self.store), call(self.model))
+        if not isinstance(result, ModelError):
+            self.signals.append((session, name, payload, result.event.id))
+
+    def op_cancel(self, session: str, reason: str) -> None:
+        def call(target: Any) -> Callable[[], Any]:
+            return lambda: target.cancel_session(session, reason=reason)
+
+        self.both(f"cancel_session({session!r}, {reason!r})", call(self.store), call(self.model))
+
     def op_put_snapshot(self, session: str, reducer: str, index: int, state: Any) -> None:
         self.both(
             f"put_snapshot({session!r}, {reducer}, {index}, {state!r})",
@@ -469,11 +525,44 @@ class StoreVersusModel(RuleBasedStateMachine):
 
     @rule(data=st.data(), session=st.sampled_from(SESSIONS), size=st.integers(1, 4))
     def append(self, data: st.DataObject, session: str, size: int) -> None:
-        """Append: fresh and generated ids, collisions, lanes, settled events, causes."""
+        """Append: fresh and generated ids, collisions, lanes, settled events, causes,
+        now and then a later run or a wait."""
         batch = [
             self.new_event(data, session, cause=self.cause(data, session)) for _ in range(size)
         ]
         self.op_append(session, batch)
+
+    @rule(
+        data=st.data(),
+        session=st.sampled_from(SESSIONS),
+        size=st.integers(1, 3),
+        then=st.sampled_from(["nothing", "claim", "due", "due"]),
+    )
+    def append_timed(self, data: st.DataObject, session: str, size: int, then: str) -> None:
+        """§7: a batch of later runs (past, now, ahead) and waits for a signal, with and
+        without a timeout, in lanes or not, with a cause or not; then a claim, after the
+        clock moved to just before, onto or just past one of the times it holds an event
+        until, sometimes."""
+        batch = [
+            self.new_event(data, session, cause=self.cause(data, session), timings=TIMED)
+            for _ in range(size)
+        ]
+        result = self.op_append(session, batch)
+        if then == "nothing":
+            return
+        if then == "due" and not isinstance(result, ModelError):
+            held = sorted(
+                {
+                    e.claim_expires_at
+                    for e in result.events
+                    if e.claim_expires_at is not None and e.claim_expires_at < NO_TIMEOUT
+                }
+            )
+            if held:
+                offset = timedelta(milliseconds=data.draw(st.sampled_from([-1, 0, 0, 1])))
+                self.set_clock(max(data.draw(st.sampled_from(held)) + offset, self.clock.now()))
+        holder = data.draw(st.sampled_from(HOLDERS))
+        self.op_claim(session, holder, data.draw(st.sampled_from(TTLS)), None, [])
 
     @precondition(lambda self: bool(self.batches))
     @rule(data=st.data(), session=st.sampled_from(SESSIONS))
@@ -618,7 +707,7 @@ class StoreVersusModel(RuleBasedStateMachine):
         expiry, a heartbeat, complete or fail, then a retry, a stale call or a reclaim."""
         if data.draw(st.booleans()):  # fresh work, so that the claim finds some
             fresh = [
-                replace(self.new_event(data, session), id=None, settled=False)
+                replace(self.new_event(data, session, timings=("none",)), id=None, settled=False)
                 for _ in range(data.draw(st.integers(1, 3)))
             ]
             self.op_append(session, fresh)
@@ -719,6 +808,111 @@ class StoreVersusModel(RuleBasedStateMachine):
     def fail_again(self, data: st.DataObject) -> None:
         """A retried failure report is answered from the stored state, not counted twice."""
         self.op_fail(*data.draw(st.sampled_from(self.failures)))
+
+    # --- time and control (SPEC §7) ---------------------------------------------
+
+    @rule(
+        data=st.data(),
+        session=st.sampled_from(SESSIONS),
+        name=st.sampled_from(WAKE_NAMES),
+        payload=payloads,
+    )
+    def signal(self, data: st.DataObject, session: str, name: str, payload: Any) -> None:
+        """signal appends its settled event and wakes the session's waits for its name;
+        sent again by id it is a replay that wakes nothing (or a conflict, or another
+        session's id)."""
+        if self.signals and data.draw(st.integers(0, 3)) == 0:
+            session, name, payload, signal_id = data.draw(st.sampled_from(self.signals))
+            change = data.draw(st.sampled_from(["same", "same", "name", "payload", "elsewhere"]))
+            if change == "name":
+                name = next(other for other in WAKE_NAMES if other != name)
+            elif change == "payload":
+                payload = [payload]
+            elif change == "elsewhere":
+                session = next(other for other in SESSIONS if other != session)
+        else:
+            signal_id = self.event_id(data, "g")
+        self.op_signal(session, name, payload, signal_id)
+
+    def waiting_event(
+        self, data: st.DataObject, session: str, name: str, cause: EventCause | None = None
+    ) -> NewEvent:
+        """An event that waits for ``name``, with a timeout or none."""
+        event = self.new_event(data, session, cause=cause, timings=("wait", "wait", "wait_until"))
+        return replace(event, settled=False, wake_on=name)
+
+    @rule(
+        data=st.data(),
+        session=st.sampled_from(SESSIONS),
+        name=st.sampled_from(WAKE_NAMES),
+        order=st.sampled_from(["wait_first", "signal_first", "while_handling", "before_cause"]),
+        holder=st.sampled_from(HOLDERS),
+        ttl_ms=st.sampled_from(TTLS),
+    )
+    def wait_and_signal(
+        self, data: st.DataObject, session: str, name: str, order: str, holder: str, ttl_ms: int
+    ) -> None:
+        """A wait and its signal in either order, then a claim: a signal wakes the waits
+        appended before it, and a wait appended after it if newer than the wait's cause
+        (no lost wake-up): sent while the handler that returns the wait runs, it counts;
+        sent before the handler's event was appended, it does not."""
+
+        def send() -> None:
+            self.op_signal(session, name, data.draw(payloads), self.event_id(data, "g"))
+
+        if order == "wait_first":
+            waits = [
+                self.waiting_event(data, session, name) for _ in range(data.draw(st.integers(1, 2)))
+            ]
+            self.op_append(session, waits)
+            if data.draw(st.booleans()):
+                self.move_clock(data.draw(st.sampled_from(STEPS_MS)))
+            send()
+        elif order == "signal_first":  # waits of one append, each judged by its own cause
+            send()
+            waits = [
+                self.waiting_event(data, session, name, self.cause(data, session))
+                for _ in range(data.draw(st.integers(1, 2)))
+            ]
+            self.op_append(session, waits)
+        else:  # a handler returns the wait
+            if order == "before_cause":
+                send()
+            fresh = replace(
+                self.new_event(data, session, timings=("none",)), id=None, settled=False
+            )
+            self.op_append(session, [fresh])
+            claimed = self.op_claim(session, holder, ttl_ms, None, [])
+            if isinstance(claimed, ModelError) or claimed.outcome != "claimed":
+                return
+            event = data.draw(st.sampled_from(claimed.events))
+            if order == "while_handling":
+                send()
+            cause = EventCause(event.index, event.attempt_count)
+            if data.draw(st.booleans()):
+                self.fresh += 1
+                returned = replace(self.waiting_event(data, session, name), id=f"c{self.fresh}")
+                self.op_complete(session, event.index, event.attempt_count, [returned])
+            else:  # appended by the handler, beside a wait of another cause
+                waits = [
+                    self.waiting_event(data, session, name, cause),
+                    self.waiting_event(data, session, name, self.cause(data, session)),
+                ]
+                self.op_append(session, data.draw(st.permutations(waits)))
+        self.op_claim(session, holder, ttl_ms, None, [])
+
+    @rule(
+        data=st.data(),
+        session=st.sampled_from(SESSIONS),
+        reason=st.sampled_from(CANCEL_REASONS) | reasons,
+    )
+    def cancel(self, data: st.DataObject, session: str, reason: str) -> None:
+        """cancel_session marks every unprocessed event processed by no attempt (mostly in a
+        session that has some); a blank reason is refused."""
+        busy = [s for s in SESSIONS if any(e.processed_at is None for e in self.model.events_of(s))]
+        if busy and data.draw(st.integers(0, 3)) > 0:
+            session = data.draw(st.sampled_from(busy))
+        self.op_cancel(session, reason)
 
     # --- operators (SPEC §6 Operations) ------------------------------------------
 
