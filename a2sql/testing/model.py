@@ -743,15 +743,7 @@ class Model:
                 raise ModelError(ErrorCode.EVENT_NOT_FOUND, f"no event {index}")
             if e.processed_at is not None:
                 return SkipResult("already_processed")
-            e.processed_at = self._recorded(session, self.now(), e.last_claimed_at)
-            e.processed_by_attempt = None
-            e.returned_event_ids = None
-            e.last_error = reason
-            e.failed_at = None
-            e.ready = False
-            e.claim_holder = None
-            e.claim_expires_at = None
-            e.wake_on = None  # a skipped wait is no signal
+            self._process_without_an_attempt(session, e, self.now(), reason)
             if e.lane is not None:
                 head = next(
                     (o for o in session if o.lane == e.lane and o.processed_at is None), None
@@ -759,6 +751,22 @@ class Model:
                 if head is not None:
                     head.ready = True
             return SkipResult("skipped")
+
+    def _process_without_an_attempt(
+        self, session: list[ModelEvent], e: ModelEvent, now: datetime, reason: str
+    ) -> None:
+        """What skip_event does to one event and cancel_session to each: processed by no
+        attempt, ``reason`` kept, claim released, failure and wait cleared (a skipped wait
+        is no signal)."""
+        e.processed_at = self._recorded(session, now, e.last_claimed_at)
+        e.processed_by_attempt = None
+        e.returned_event_ids = None
+        e.last_error = reason
+        e.failed_at = None
+        e.ready = False
+        e.claim_holder = None
+        e.claim_expires_at = None
+        e.wake_on = None
 
     def cancel_session(self, session_id: str, *, reason: str) -> CancelResult:
         """§7 cancel_session: every unprocessed event processed without an attempt, each at
@@ -772,15 +780,7 @@ class Model:
             for e in session:
                 if e.processed_at is not None:
                     continue
-                e.processed_at = self._recorded(session, now, e.last_claimed_at)
-                e.processed_by_attempt = None
-                e.returned_event_ids = None
-                e.last_error = reason
-                e.failed_at = None
-                e.ready = False
-                e.claim_holder = None
-                e.claim_expires_at = None
-                e.wake_on = None  # a cancelled wait is no signal
+                self._process_without_an_attempt(session, e, now, reason)
                 cancelled += 1
             return CancelResult(cancelled)
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from sqlalchemy import bindparam, false, null, update
+from sqlalchemy import bindparam, null, update
 
 from a2sql.core.records import CancelResult, SignalResult
 from a2sql.sql.executor import Transaction
 from a2sql.sql.queries import append as append_ops
-from a2sql.sql.queries.attempts import EVENT_NOW
 from a2sql.sql.queries.events import SESSION, ValidEvent
+from a2sql.sql.queries.repair import PROCESSED_WITHOUT_AN_ATTEMPT
 from a2sql.sql.schema import events as E
 
 # The session's events waiting for the signal: never claimed (a claim ends a
@@ -41,17 +41,7 @@ WAKE = (
 CANCEL = (
     update(E)
     .where(E.c.session_id == SESSION, E.c.processed_at.is_(None))
-    .values(
-        processed_at=EVENT_NOW,
-        processed_by_attempt=null(),
-        returned_event_ids=null(),
-        last_error=bindparam("reason"),
-        failed_at=null(),
-        lane_ready=false(),
-        claim_holder=null(),
-        claim_expires_at=null(),
-        wake_on=null(),
-    )
+    .values(PROCESSED_WITHOUT_AN_ATTEMPT)
 )
 
 

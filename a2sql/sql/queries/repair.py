@@ -19,22 +19,23 @@ REQUEUE = (
     .values(failed_at=null(), failure_count=0, claim_holder=null(), claim_expires_at=null())
 )
 
-SKIP = (
-    update(E)
-    .where(*THIS_EVENT, E.c.processed_at.is_(None))
-    .values(
-        processed_at=EVENT_NOW,
-        processed_by_attempt=null(),
-        returned_event_ids=null(),
-        last_error=bindparam("reason"),
-        failed_at=null(),
-        lane_ready=false(),
-        claim_holder=null(),
-        claim_expires_at=null(),
-        # A wait ends with it: a skipped event is no signal (SIGNALLED).
-        wake_on=null(),
-    )
-)
+# An unprocessed event marked processed by no attempt, ``reason`` kept: what skip_event
+# does to one event and cancel_session to each of a session's (a2sql.sql.queries.control).
+# Its claim is released, its failure and wait cleared: a skipped wait is no signal
+# (SIGNALLED).
+PROCESSED_WITHOUT_AN_ATTEMPT = {
+    "processed_at": EVENT_NOW,
+    "processed_by_attempt": null(),
+    "returned_event_ids": null(),
+    "last_error": bindparam("reason"),
+    "failed_at": null(),
+    "lane_ready": false(),
+    "claim_holder": null(),
+    "claim_expires_at": null(),
+    "wake_on": null(),
+}
+
+SKIP = update(E).where(*THIS_EVENT, E.c.processed_at.is_(None)).values(PROCESSED_WITHOUT_AN_ATTEMPT)
 
 
 def retry_dead_letter(tx: Transaction, session_id: str, *, index: int) -> RetryResult:

@@ -1,7 +1,14 @@
-SELECT a2_events.session_id
+SELECT claimable.session_id
+FROM (SELECT never_held.session_id AS session_id, never_held.created_at AS created_at
+FROM (SELECT a2_events.session_id AS session_id, a2_events.created_at AS created_at
 FROM a2_events
-WHERE a2_events.lane_ready = true AND a2_events.processed_at IS NULL AND a2_events.failed_at IS NULL AND (a2_events.claim_expires_at IS NULL OR a2_events.claim_expires_at <= %(now)s::TIMESTAMP WITH TIME ZONE) ORDER BY a2_events.created_at, a2_events.session_id
- LIMIT %(param#1)s::INTEGER;
+WHERE a2_events.lane_ready = true AND a2_events.processed_at IS NULL AND a2_events.failed_at IS NULL AND a2_events.claim_expires_at IS NULL ORDER BY a2_events.created_at, a2_events.session_id
+ LIMIT %(param#1)s::INTEGER) AS never_held UNION ALL SELECT due.session_id AS session_id, due.created_at AS created_at
+FROM (SELECT a2_events.session_id AS session_id, a2_events.created_at AS created_at
+FROM a2_events
+WHERE a2_events.lane_ready = true AND a2_events.processed_at IS NULL AND a2_events.failed_at IS NULL AND a2_events.claim_expires_at IS NOT NULL AND a2_events.claim_expires_at <= %(now)s::TIMESTAMP WITH TIME ZONE ORDER BY a2_events.created_at, a2_events.session_id
+ LIMIT %(param#2)s::INTEGER) AS due) AS claimable ORDER BY claimable.created_at, claimable.session_id
+ LIMIT %(param#3)s::INTEGER;
 
 SELECT pg_try_advisory_xact_lock(24882, hashtext(%(sid)s)) AS pg_try_advisory_xact_lock#1;
 

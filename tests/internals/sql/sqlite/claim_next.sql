@@ -1,8 +1,15 @@
 BEGIN IMMEDIATE;
 
-SELECT a2_events.session_id
+SELECT claimable.session_id
+FROM (SELECT never_held.session_id AS session_id, never_held.created_at AS created_at
+FROM (SELECT a2_events.session_id AS session_id, a2_events.created_at AS created_at
 FROM a2_events
-WHERE a2_events.lane_ready = 1 AND a2_events.processed_at IS NULL AND a2_events.failed_at IS NULL AND (a2_events.claim_expires_at IS NULL OR a2_events.claim_expires_at <= ?) ORDER BY a2_events.created_at, a2_events.session_id
+WHERE a2_events.lane_ready = 1 AND a2_events.processed_at IS NULL AND a2_events.failed_at IS NULL AND a2_events.claim_expires_at IS NULL ORDER BY a2_events.created_at, a2_events.session_id
+ LIMIT ? OFFSET ?) AS never_held UNION ALL SELECT due.session_id AS session_id, due.created_at AS created_at
+FROM (SELECT a2_events.session_id AS session_id, a2_events.created_at AS created_at
+FROM a2_events
+WHERE a2_events.lane_ready = 1 AND a2_events.processed_at IS NULL AND a2_events.failed_at IS NULL AND a2_events.claim_expires_at IS NOT NULL AND a2_events.claim_expires_at <= ? ORDER BY a2_events.created_at, a2_events.session_id
+ LIMIT ? OFFSET ?) AS due) AS claimable ORDER BY claimable.created_at, claimable.session_id
  LIMIT ? OFFSET ?;
 
 UPDATE a2_events SET first_claimed_at=coalesce(a2_events.first_claimed_at, max(session_clock.now, coalesce(a2_events.last_failed_at, session_clock.now), coalesce(a2_events.last_claimed_at, session_clock.now), coalesce(CASE WHEN (a2_events.lane IS NOT NULL AND a2_events.first_claimed_at IS NULL) THEN coalesce((SELECT lane_before.processed_at
