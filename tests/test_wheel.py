@@ -159,7 +159,7 @@ def test_installed_into_a_fresh_venv_it_runs_the_demo_and_migrates(
     with sqlite3.connect(db) as connection:
         tables = {row[0] for row in connection.execute("select name from sqlite_master")}
         version = connection.execute("select version_num from a2sql_alembic_version").fetchall()
-    assert {"a2_events", "a2_snapshots", "a2_presence", "a2_events_dispatch_age"} <= tables
+    assert {"a2_events", "a2_snapshots", "a2_presence", "a2_events_dispatch_free"} <= tables
     assert version == [(HEAD,)]
 
     # The contract, from the installed package, in an empty folder: a SQLite file per test.

@@ -204,7 +204,8 @@ class Operations:
         the session appended with ``wake_on=name``, and still waiting, claimable at
         once (``SignalResult.woken``). An event appended later to wait for ``name``
         is woken at once by this signal if it came after the event's cause (any
-        signal of that name, for an event without a cause): no wake-up is lost.
+        signal of that name, for an event without a cause): no wake-up is lost. Like
+        ``append``, a signal to a session with no events starts it.
         """
         return self._run(operations.signal(self._ctx, session_id, name, payload, id))
 

@@ -233,7 +233,12 @@ def settled(now: StoredEvent, attempt: int, holder: str) -> Ending | None:
 
 
 def waiting_event(type: str, signal: str, until: datetime | None, payload: JSON) -> NewEvent:
-    """``Attempt.wait_for``'s event."""
+    """``Attempt.wait_for``'s event, its arguments checked where the handler calls it
+    (rather than when the completion refuses the event, naming its fields)."""
+    validate.name(type, "type")
+    validate.name(signal, "signal")
+    if until is not None:
+        validate.aware_datetime(until, "until")
     return NewEvent(type, payload, wake_on=signal, available_at=until)
 
 

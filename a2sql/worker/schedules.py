@@ -30,7 +30,8 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Slots named to the second: a period is a whole number of seconds.
 ONE_SECOND = timedelta(seconds=1)
 MAX_CATCH_UP = 1000
-CRON_HINT = "cron schedules need the cron extra: pip install 'a2sql[cron]'"
+CRON_FIELDS = 5
+CRON_HINT = "cron schedules need a2sql's cron extra (cronsim): pip install '.[cron]' in a clone"
 
 
 def _cron_times(expression: str, start: datetime, *, reverse: bool) -> Iterator[datetime]:
@@ -48,9 +49,9 @@ def _cron_times(expression: str, start: datetime, *, reverse: bool) -> Iterator[
 
 @dataclass(frozen=True)
 class Schedule:
-    """An event of ``type`` appended to ``session_id`` for each slot of ``every`` (a whole
-    number of seconds, slots counted from the Unix epoch) or of the cron expression
-    ``cron`` (five fields, in UTC; needs ``pip install 'a2sql[cron]'``).
+    """An event of ``type`` appended to ``session_id`` for each slot of ``every`` (a
+    ``timedelta`` of whole seconds, slots counted from the Unix epoch) or of the cron
+    expression ``cron`` (five fields, in UTC; needs the ``cron`` extra, cronsim).
 
     Give it to a ``Worker`` or ``AsyncWorker`` (``schedules=[...]``) or to ``a2sql
     worker --schedule MODULE:NAME``. Any number of workers may run it: each slot's
@@ -81,11 +82,20 @@ class Schedule:
         if self.every is not None:
             if not isinstance(self.every, timedelta):
                 raise invalid("every", f"must be a timedelta, got {type(self.every).__name__}")
-            if self.every < ONE_SECOND or self.every % ONE_SECOND:
+            if self.every < ONE_SECOND:
+                raise invalid("every", f"must be at least one second, got {self.every}")
+            if self.every % ONE_SECOND:
                 raise invalid("every", f"must be a whole number of seconds, got {self.every}")
         else:
             if not isinstance(self.cron, str):
                 raise invalid("cron", f"must be a str, got {type(self.cron).__name__}")
+            # Five fields, minute first: cronsim also reads six, the first then seconds.
+            if len(self.cron.split()) != CRON_FIELDS:
+                raise invalid(
+                    "cron",
+                    "must have five fields (minute hour day-of-month month day-of-week),"
+                    f" got {self.cron!r}",
+                )
             next(_cron_times(self.cron, EPOCH, reverse=False))  # refused here if invalid
         validate.name(self.event_id(EPOCH), "name")  # the ids fit the column
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
 import a2sql
-from a2sql import NewEvent, Store
+from a2sql import A2Error, ErrorCode, NewEvent, Store
 from a2sql.testing import FakeClock
 from a2sql.worker import AsyncAttempt, AsyncWorker, Attempt
 from tests.worker.quick import quick
@@ -100,3 +100,25 @@ def test_an_async_handler_waits_and_receives(url: str) -> None:
             return got
 
     assert asyncio.run(main()) == ["yes"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "names"),
+    [
+        ({"signal": "answer", "type": "t", "until": datetime(2030, 1, 1)}, "until"),
+        ({"signal": "", "type": "t"}, "signal"),
+        ({"signal": "answer", "type": 7}, "type"),
+    ],
+)
+def test_wait_for_checks_its_arguments_where_the_handler_calls_it(
+    store: Store, arguments: dict[str, object], names: str
+) -> None:
+    """A naive ``until`` (say) is INVALID_ARGUMENT naming ``until`` in the handler, not a
+    refusal of ``events[0].available_at`` at the completion."""
+    store.append("s", [NewEvent("ask")])
+    [event] = store.claim_available("s", holder="w", ttl_ms=60_000).events
+    attempt = Attempt(event, event.attempt_count, store)
+    with pytest.raises(A2Error) as raised:
+        attempt.wait_for(**arguments)  # type: ignore[arg-type]
+    assert raised.value.code == ErrorCode.INVALID_ARGUMENT
+    assert raised.value.message.startswith(f"{names}:"), raised.value.message
