@@ -163,8 +163,6 @@ def _rows(batch: _Batch, after: Any, cause: Any, retired: Any, now: Any) -> Sele
         null(),
         true(),
         case((batch.settled, now), else_=null()),
-        null(),  # claim_expires_at: a fused event runs at once
-        null(),  # wake_on: and waits for nothing
     )
 
 

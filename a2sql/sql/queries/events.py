@@ -147,10 +147,14 @@ INSERTED_COLUMNS = (
     "lane",
     "lane_ready",
     "processed_at",
-    "claim_expires_at",
-    "wake_on",
 )
 INSERT_EVENTS = insert(E).values({name: bindparam(name) for name in INSERTED_COLUMNS})
+# The same, for a batch holding a later run or a wait (SPEC §7): two columns more,
+# which the common batch does without.
+TIMED_COLUMNS = ("claim_expires_at", "wake_on")
+INSERT_TIMED_EVENTS = insert(E).values(
+    {name: bindparam(name) for name in (*INSERTED_COLUMNS, *TIMED_COLUMNS)}
+)
 
 
 def events_by_id(tx: Transaction, ids: Sequence[str]) -> dict[str, StoredEvent]:
@@ -220,7 +224,8 @@ def insert_events(
                 tx, PENDING_LANES, {"sid": session_id}, "lanes", lanes
             )
         }
-    signalled = _signalled(tx, session_id, batch)
+    timed = any(event.available_at is not None or event.wake_on is not None for event in batch)
+    signalled = _signalled(tx, session_id, batch) if timed else set()
     rows = []
     stored = []
     for offset, event in enumerate(batch):
@@ -230,43 +235,39 @@ def insert_events(
             busy_lanes.add(event.lane)
         processed_at = now if event.settled else None
         index = first_index + offset
-        expires, wake_on = _held_until(event, now, signalled)
-        rows.append(
-            {
-                "attempt_count": retired_attempts,
-                "session_id": session_id,
-                "idx": index,
-                "event_type": event.type,
-                "payload": event.payload_json,
-                "event_id": event_id,
-                "created_at": now,
-                "cause": encode_cause(event.cause),
-                "lane": event.lane,
-                "lane_ready": ready,
-                "processed_at": processed_at,
-                "claim_expires_at": expires,
-                "wake_on": wake_on,
-            }
-        )
-        stored.append(
-            new_stored_event(
-                session_id,
-                event,
-                event_id,
-                index,
-                now,
-                retired_attempts,
-                expires=expires,
-                wake_on=wake_on,
+        row = {
+            "attempt_count": retired_attempts,
+            "session_id": session_id,
+            "idx": index,
+            "event_type": event.type,
+            "payload": event.payload_json,
+            "event_id": event_id,
+            "created_at": now,
+            "cause": encode_cause(event.cause),
+            "lane": event.lane,
+            "lane_ready": ready,
+            "processed_at": processed_at,
+        }
+        if timed:
+            expires, wake_on = _held_until(event, now, signalled)
+            row["claim_expires_at"], row["wake_on"] = expires, wake_on
+            stored.append(
+                new_stored_event(
+                    session_id, event, event_id, index, now, retired_attempts, expires, wake_on
+                )
             )
-        )
+        else:
+            stored.append(
+                new_stored_event(session_id, event, event_id, index, now, retired_attempts)
+            )
+        rows.append(row)
     if len(rows) > 1:
         # By id, each row keeping its index: two sessions inserting batches
         # that share ids then wait on the first shared one, and the loser
         # fails on the unique index (PARTIAL_DUPLICATE_BATCH) instead of the
         # two waiting on each other from both ends (a PostgreSQL deadlock).
         rows.sort(key=itemgetter("event_id"))
-    tx.run_many(INSERT_EVENTS, rows)
+    tx.run_many(INSERT_TIMED_EVENTS if timed else INSERT_EVENTS, rows)
     return stored
 
 
@@ -332,7 +333,6 @@ def new_stored_event(
     index: int,
     now: datetime,
     retired_attempts: int,
-    *,
     expires: datetime | None = None,
     wake_on: str | None = None,
 ) -> StoredEvent:

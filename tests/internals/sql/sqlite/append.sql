@@ -15,4 +15,4 @@ WHERE latest_event.session_id = ? ORDER BY latest_event.session_id DESC, latest_
 FROM a2_events
 WHERE a2_events.event_id IN (?)) AS anon#3;
 
-INSERT INTO a2_events (session_id, idx, event_type, payload, event_id, created_at, cause, lane, lane_ready, processed_at, attempt_count, claim_expires_at, wake_on) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO a2_events (session_id, idx, event_type, payload, event_id, created_at, cause, lane, lane_ready, processed_at, attempt_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);

@@ -19,4 +19,4 @@ SELECT DISTINCT a2_events.lane
 FROM a2_events
 WHERE a2_events.session_id = ? AND a2_events.lane IN (?) AND a2_events.processed_at IS NULL;
 
-INSERT INTO a2_events (session_id, idx, event_type, payload, event_id, created_at, cause, lane, lane_ready, processed_at, attempt_count, claim_expires_at, wake_on) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO a2_events (session_id, idx, event_type, payload, event_id, created_at, cause, lane, lane_ready, processed_at, attempt_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);

@@ -10,4 +10,4 @@ WHERE session_id = ? ORDER BY session_id DESC, idx DESC
 FROM a2_retired_attempts
 WHERE session_id = ?), ?) AS retired_attempts, processed_at AS now;
 
-INSERT INTO a2_events (session_id, idx, event_type, payload, event_id, created_at, cause, lane, lane_ready, processed_at, attempt_count, claim_expires_at, wake_on) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO a2_events (session_id, idx, event_type, payload, event_id, created_at, cause, lane, lane_ready, processed_at, attempt_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);

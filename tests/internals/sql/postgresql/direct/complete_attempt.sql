@@ -16,7 +16,7 @@ FROM a2_events AS lane_event, done
 WHERE lane_event.session_id = %(sid)s::VARCHAR COLLATE "C" AND lane_event.lane = done.lane AND lane_event.processed_at IS NULL AND lane_event.idx != %(index)s::BIGINT ORDER BY lane_event.session_id, lane_event.lane, lane_event.idx
  LIMIT 1)),
 returned AS
-(INSERT INTO a2_events (attempt_count, session_id, idx, event_type, payload, event_id, created_at, cause, lane, lane_ready, processed_at, claim_expires_at, wake_on) SELECT done.retired_attempts AS retired_attempts, %(sid)s::VARCHAR COLLATE "C" AS anon#1, done.last_index + 1 AS anon#2, %(new_type)s::VARCHAR COLLATE "C" AS anon#3, CAST(%(new_payload)s::VARCHAR AS JSON) AS anon#4, %(new_id)s::VARCHAR COLLATE "C" AS anon#5, done.now AS now, %(caused_by)s::VARCHAR AS anon#6, NULL AS anon#7, true AS anon#8, CASE WHEN %(new_settled)s THEN done.now ELSE NULL END AS anon#9, NULL AS anon_#1, NULL AS anon_#2
+(INSERT INTO a2_events (attempt_count, session_id, idx, event_type, payload, event_id, created_at, cause, lane, lane_ready, processed_at) SELECT done.retired_attempts AS retired_attempts, %(sid)s::VARCHAR COLLATE "C" AS anon#1, done.last_index + 1 AS anon#2, %(new_type)s::VARCHAR COLLATE "C" AS anon#3, CAST(%(new_payload)s::VARCHAR AS JSON) AS anon#4, %(new_id)s::VARCHAR COLLATE "C" AS anon#5, done.now AS now, %(caused_by)s::VARCHAR AS anon#6, NULL AS anon#7, true AS anon#8, CASE WHEN %(new_settled)s THEN done.now ELSE NULL END AS anon#9
 FROM done)
  SELECT done.last_index, done.retired_attempts, done.now AT TIME ZONE 'UTC' AS now
 FROM done;
