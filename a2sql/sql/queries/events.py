@@ -43,7 +43,7 @@ class ValidEvent(NamedTuple):
     lane: str | None
     settled: bool
     # SPEC §7: not claimable before ``available_at``; waiting for the signal ``wake_on``.
-    # Neither on a settled event, except a signal's own ``wake_on`` (a2sql.sql.queries.signals).
+    # Neither on a settled event, except a signal's own ``wake_on`` (a2sql.sql.queries.control).
     available_at: datetime | None = None
     wake_on: str | None = None
 
@@ -272,7 +272,7 @@ def insert_events(
 
 
 # A signal named ``name`` already in the session after index ``after``: a signal's
-# own event (a2sql.sql.queries.signals), settled when appended and never claimed.
+# own event (a2sql.sql.queries.control), settled when appended and never claimed.
 SIGNALLED = (
     select(E.c.idx)
     .where(
