@@ -1119,7 +1119,10 @@ class ControlCheck:
             where = f"{sid} cancel {reason!r}"
             if len(stopped) != r["n"] or any(e.session_id != sid for e in stopped):
                 self.bad(f"{where}: reported {r['n']} cancelled, {len(stopped)} stored so")
-            times = {e.processed_at for e in stopped}
+            unprocessed = [e.index for e in stopped if e.processed_at is None]
+            if unprocessed:
+                self.bad(f"{where}: its events {unprocessed} carry its reason, not processed")
+            times = {e.processed_at for e in stopped if e.processed_at is not None}
             if len(times) > 1:
                 self.bad(f"{where}: its events processed at different times {sorted(times)}")
             # What was there at the cancel: the events before its marker, else those up to

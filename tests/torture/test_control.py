@@ -14,6 +14,7 @@ back, lanes first in first out.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from datetime import timedelta
 from pathlib import Path
 
@@ -113,7 +114,29 @@ def test_control_checks_catch_forged_doubles_lost_wake_ups_and_late_cancels(
             for e in events
             if e.session_id == cancel["s"] and e.index == cancel["marker"]
         )
+        # One of two or more events a cancel stopped, left carrying its reason unprocessed
+        # (the check once crashed comparing that missing time with its neighbours').
+        forged_already = {
+            (e.session_id, e.index)
+            for e in (with_effect, cancelled, child, signalled, passed[0], before)
+        }
+        stopped_by: dict[str | None, list[a2sql.StoredEvent]] = defaultdict(list)
+        for e in work:
+            if e.processed_at and e.processed_by_attempt is None:
+                stopped_by[e.last_error].append(e)
+        unprocessed = next(
+            e
+            for group in stopped_by.values()
+            if len(group) > 1
+            for e in group
+            if (e.session_id, e.index) not in forged_already
+        )
         with store.engine.begin() as connection:
+            connection.execute(
+                update(E)
+                .where(E.c.session_id == unprocessed.session_id, E.c.idx == unprocessed.index)
+                .values(processed_at=None)
+            )
             for event in (with_effect, cancelled):
                 connection.execute(
                     insert(EFFECTS).values(
@@ -163,3 +186,4 @@ def test_control_checks_catch_forged_doubles_lost_wake_ups_and_late_cancels(
     assert "was there before the cancel" in found, found
     assert f"#{passed[0].index} ({passed[0].id!r}): waited for" in found, found
     assert "did not wake it" in found, found
+    assert f"events [{unprocessed.index}] carry its reason, not processed" in found, found
