@@ -28,7 +28,9 @@ from a2sql.core.records import (
     EventCause,
     EventPage,
     FailResult,
+    InFlight,
     NewEvent,
+    Overview,
     PresenceEntry,
     PruneResult,
     ReleaseResult,
@@ -44,6 +46,7 @@ from a2sql.core.records import (
     StoredEvent,
     StoreTotals,
 )
+from a2sql.sql.queries.overview import SessionState
 from a2sql.worker.schedules import Schedule
 
 __all__ = [
@@ -71,9 +74,11 @@ __all__ = [
     "EventPage",
     "EventStream",
     "FailResult",
+    "InFlight",
     "Inspector",
     "NewEvent",
     "Operations",
+    "Overview",
     "Presence",
     "PresenceEntry",
     "PruneResult",
@@ -82,6 +87,7 @@ __all__ = [
     "RetryResult",
     "Schedule",
     "SessionPage",
+    "SessionState",
     "SessionSummary",
     "SignalResult",
     "SkipResult",

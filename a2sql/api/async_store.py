@@ -35,7 +35,9 @@ from a2sql.core.records import (
     Dispatch,
     EventPage,
     FailResult,
+    InFlight,
     NewEvent,
+    Overview,
     PresenceEntry,
     PruneResult,
     ReleaseResult,
@@ -58,6 +60,7 @@ from a2sql.execution.threads import Abandoned, Job, ThreadRunner, decided
 from a2sql.notify.wakeups import StoreWakeups
 from a2sql.plans import operations
 from a2sql.plans.kinds import Answered, Context, Plan
+from a2sql.sql.queries.overview import SessionState
 
 T = TypeVar("T")
 
@@ -627,12 +630,35 @@ class AsyncInspector:
         self._store = store
 
     async def list_sessions(
-        self, *, prefix: str = "", cursor: str | None = None, limit: int = 50
+        self,
+        *,
+        prefix: str = "",
+        cursor: str | None = None,
+        limit: int = 50,
+        state: SessionState | None = None,
     ) -> SessionPage:
-        """Sessions whose id starts with ``prefix``, after ``cursor``, ordered by id."""
+        """Sessions whose id starts with ``prefix``, after ``cursor``, ordered by id.
+
+        ``state`` keeps those with a dead letter (``"dead_letters"``), a lane
+        blocked by one (``"blocked"``), a live claim (``"claimed"``) or an event
+        waiting for a signal (``"waiting"``): found from their unprocessed
+        events, so a page costs what those hold, not the whole table."""
         return await self._store._run(
-            operations.list_sessions(self._store._ctx, prefix, cursor, limit)
+            operations.list_sessions(self._store._ctx, prefix, cursor, limit, state)
         )
+
+    async def overview(self, *, prefix: str = "", bound: int = 10_000) -> Overview:
+        """Ready, claimed, waiting and scheduled events, dead letters and blocked lanes
+        under ``prefix``, each counted as far as ``bound`` (a count equal to it means at
+        least that many), the oldest ready event's time, and the engine's own
+        figures of the tables' sizes. Reads only events still to do, each count at
+        most ``bound`` of them: cheap enough for every page view and scrape."""
+        return await self._store._run(operations.overview(self._store._ctx, prefix, bound))
+
+    async def in_flight(self, *, limit: int = 100) -> InFlight:
+        """Live claims (by expiry) and claims expired but not yet taken again (oldest
+        first), at most ``limit`` of each: which holder has what, until when."""
+        return await self._store._run(operations.in_flight(self._store._ctx, limit))
 
     async def read_events(
         self,

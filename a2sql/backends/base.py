@@ -40,6 +40,16 @@ if TYPE_CHECKING:
     from a2sql.sql.executor import Transaction
     from a2sql.sql.queries.events import ValidEvent
 
+
+@dataclass(frozen=True, slots=True)
+class Storage:
+    """What the engine says of a2sql's tables (``Overview.appended_total`` and
+    ``table_bytes``)."""
+
+    appended_total: int | None
+    table_bytes: dict[str, int]
+
+
 # What a2sql's writes on a connection whose driver commits each statement would not do.
 UNHELD = "so a2sql's writes would not commit or roll back with yours"
 NOT_AUTOCOMMIT = 'without isolation_level="AUTOCOMMIT" (store.begin())'
@@ -311,3 +321,8 @@ class Backend:
         if upper:
             statement = statement.where(key < bindparam("upper"))
         return statement
+
+    def storage(self, tx: Transaction) -> Storage:
+        """The engine's running count of rows inserted into a2_events and the size of
+        a2sql's tables, from its own bookkeeping (no scan)."""
+        return Storage(appended_total=None, table_bytes={})

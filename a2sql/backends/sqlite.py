@@ -7,17 +7,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import URL, Connection, Select, bindparam, func
+from sqlalchemy import URL, Connection, Select, bindparam, func, literal_column, select, text
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql import ColumnElement
 
 from a2sql.backends import sqlite_begin as begin
-from a2sql.backends.base import NOT_AUTOCOMMIT, UNHELD, Backend, Capabilities
+from a2sql.backends.base import NOT_AUTOCOMMIT, UNHELD, Backend, Capabilities, Storage
 from a2sql.backends.registry import register
 from a2sql.backends.sqlite_file import file_of, make_ready
 from a2sql.core.errors import A2Error, invalid
 from a2sql.sql.executor import Transaction
+from a2sql.sql.schema import events
 
 # No cross-process wake-up on SQLite: streams poll, briefly.
 POLL_INTERVAL_S = 0.1
@@ -155,5 +156,21 @@ class SqliteBackend(Backend):
             )
         return super().under_prefix_by_age(statement, key, lower, upper)
 
+    def storage(self, tx: Transaction) -> Storage:
+        # a2_events has rowids (the seed's table, not WITHOUT ROWID): a new row
+        # takes the largest plus one, so the largest is the rows ever inserted
+        # but for those deleted at the end; read from the b-tree's last entry.
+        [appended, pages, page_size] = tx.first(_STORAGE, {}) or (None, 0, 0)
+        return Storage(
+            appended_total=None if appended is None else int(appended),
+            table_bytes={"database": int(pages) * int(page_size)},
+        )
+
+
+_STORAGE = select(
+    select(func.max(literal_column("rowid"))).select_from(events).scalar_subquery(),
+    select(literal_column("page_count")).select_from(text("pragma_page_count()")).scalar_subquery(),
+    select(literal_column("page_size")).select_from(text("pragma_page_size()")).scalar_subquery(),
+)
 
 SQLITE = register(SqliteBackend())

@@ -383,6 +383,51 @@ class EventPage:
 
 
 @dataclass(frozen=True, slots=True)
+class Overview:
+    """The work under a prefix at ``at``, counted as far as ``bound`` (``inspect.overview``).
+
+    Each count walks only the events still to do and stops at ``bound``: a
+    count equal to ``bound`` means at least that many (``capped``). ``ready``:
+    claimable now; ``claimed``: under a live claim; ``waiting``: waiting for a
+    signal, its timeout ahead; ``scheduled``: never claimed, to run later;
+    ``dead_letters``: failed for good; ``blocked_lanes``: lanes whose head is a
+    dead letter. ``oldest_ready_at``: when the longest-ready event became
+    claimable (appended, or its claim, delay or wait ended), ``None`` when none
+    is ready. ``appended_total``: the engine's running count of rows ever
+    inserted into the events table, for rates (it restarts when the engine's
+    statistics are reset; ``None`` where the engine keeps none).
+    ``table_bytes``: the size on disk of each of a2sql's tables (PostgreSQL)
+    or of the database file (SQLite, as ``"database"``).
+    """
+
+    at: datetime
+    bound: int
+    ready: int
+    claimed: int
+    waiting: int
+    scheduled: int
+    dead_letters: int
+    blocked_lanes: int
+    oldest_ready_at: datetime | None
+    appended_total: int | None = None
+    table_bytes: dict[str, int] = field(default_factory=dict)
+
+    def capped(self, count: int) -> bool:
+        """Whether ``count`` (one of this overview's counts) stopped at the bound."""
+        return count >= self.bound
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """Claims at ``at`` (``inspect.in_flight``): ``live`` ones by expiry, and those
+    ``expired`` but not yet claimed again (their holder stopped renewing), oldest first."""
+
+    at: datetime
+    live: list[StoredEvent]
+    expired: list[StoredEvent]
+
+
+@dataclass(frozen=True, slots=True)
 class SnapshotInfo:
     """A stored snapshot's reducer, index and time of writing."""
 

@@ -30,7 +30,9 @@ from a2sql.core.records import (
     EventCause,
     EventPage,
     FailResult,
+    InFlight,
     NewEvent,
+    Overview,
     PresenceEntry,
     PruneResult,
     ReleaseResult,
@@ -54,6 +56,7 @@ from a2sql.sql.queries import claims as claim_ops
 from a2sql.sql.queries import control as control_ops
 from a2sql.sql.queries import dispatch as dispatch_ops
 from a2sql.sql.queries import operator_reads as inspect_ops
+from a2sql.sql.queries import overview as overview_ops
 from a2sql.sql.queries import presence as presence_ops
 from a2sql.sql.queries import repair as repair_ops
 from a2sql.sql.queries import retention as retention_ops
@@ -479,16 +482,44 @@ def presence_read(ctx: Context, ns: object) -> Plan[list[PresenceEntry]]:
     return Plan(lambda c: presence_ops.read(c, space, ctx.now()), read_only=True)
 
 
-def list_sessions(ctx: Context, prefix: object, cursor: object, limit: object) -> Plan[SessionPage]:
+def list_sessions(
+    ctx: Context, prefix: object, cursor: object, limit: object, state: object = None
+) -> Plan[SessionPage]:
     under = _prefix(prefix)
     after = validate.optional_name(cursor, "cursor")
     count = validate.limit(limit)
+    having = overview_ops.session_state(state)
+    if having is not None:
+        return Plan(
+            lambda c: overview_ops.list_sessions_in_state(
+                c, ctx.backend, state=having, prefix=under, cursor=after, limit=count, now=ctx.now()
+            ),
+            read_only=True,
+        )
     return Plan(
         lambda c: inspect_ops.list_sessions(
             c, ctx.backend, prefix=under, cursor=after, limit=count, now=ctx.now()
         ),
         read_only=True,
     )
+
+
+# The bound of inspect.overview's counts: each walks at most this many events.
+MAX_OVERVIEW_BOUND = 1_000_000
+
+
+def overview(ctx: Context, prefix: object, bound: object) -> Plan[Overview]:
+    under = _prefix(prefix)
+    upto = validate.integer(bound, "bound", minimum=1, maximum=MAX_OVERVIEW_BOUND)
+    return Plan(
+        lambda c: overview_ops.overview(c, ctx.backend, prefix=under, bound=upto, now=ctx.now()),
+        read_only=True,
+    )
+
+
+def in_flight(ctx: Context, limit: object) -> Plan[InFlight]:
+    count = validate.limit(limit)
+    return Plan(lambda c: overview_ops.in_flight(c, limit=count, now=ctx.now()), read_only=True)
 
 
 def session_summary(ctx: Context, session_id: object) -> Plan[SessionSummary | None]:

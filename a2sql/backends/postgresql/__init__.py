@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from a2sql.backends.base import Backend, Capabilities
+from a2sql.backends.base import Backend, Capabilities, Storage
 from a2sql.backends.column_types import Timestamp
 from a2sql.backends.postgresql import one_statement
 from a2sql.backends.registry import register
@@ -246,6 +246,30 @@ class PostgresBackend(Backend):
         # stopping at the page. With one bound unknown it takes the default
         # range estimate (0.5% of the table), and walks.
         return select(value).scalar_subquery()
+
+    def storage(self, tx: Transaction) -> Storage:
+        # From the catalogue and the statistics collector, found the way the
+        # search path finds a2sql's tables: sizes of each table with its indexes
+        # and TOAST, and the rows ever inserted into a2_events (since the
+        # statistics were last reset, and up to a second behind).
+        row = tx.first(_STORAGE, {})
+        assert row is not None
+        *sizes, inserted = row
+        return Storage(
+            appended_total=None if inserted is None else int(inserted),
+            table_bytes={
+                name: int(size)
+                for name, size in zip(_TABLES, sizes, strict=True)
+                if size is not None
+            },
+        )
+
+
+_TABLES = ("a2_events", "a2_snapshots", "a2_presence", "a2_retired_attempts")
+_STORAGE = select(
+    *(func.pg_total_relation_size(func.to_regclass(name)) for name in _TABLES),
+    func.pg_stat_get_tuples_inserted(func.to_regclass("a2_events")),
+)
 
 
 def _check_isolation(level: str) -> None:

@@ -187,6 +187,27 @@ def _one_summary(backend: Backend) -> Select[Any]:
     )
 
 
+@cache
+def _summaries_of(backend: Backend) -> Select[Any]:
+    key = E.c.session_id
+    return (
+        select(*_summary_columns(backend))
+        .where(key.in_(bindparam("ids", expanding=True)))
+        .group_by(key)
+        .order_by(key)
+    )
+
+
+def summaries_of(
+    tx: Transaction, backend: Backend, session_ids: list[str], *, now: datetime
+) -> list[SessionSummary]:
+    """The summaries of these sessions (each one's events, by the primary key), by id."""
+    if not session_ids:
+        return []
+    rows = tx.rows(_summaries_of(backend), {"ids": session_ids, "now": now})
+    return [_summary(row) for row in rows]
+
+
 def list_sessions(
     tx: Transaction,
     backend: Backend,
