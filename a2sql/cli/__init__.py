@@ -15,6 +15,7 @@ from a2sql.cli.demo import demo
 from a2sql.cli.reading import dead_letters, events, session, sessions, status, tail
 from a2sql.cli.repairs import delete, prune, retry, skip
 from a2sql.cli.schema import migrate, stamp
+from a2sql.cli.ui import ui
 from a2sql.cli.worker import worker
 from a2sql.core.errors import DRIVER_FAILURES, A2Error, from_driver_error
 from a2sql.core.escaping import printable
@@ -58,6 +59,7 @@ for command in (
     migrate,
     stamp,
     worker,
+    ui,
 ):
     cli.add_command(command)
 
