@@ -28,7 +28,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("a2sql.notify",),
     ("a2sql.migrate", "a2sql._migrations"),
     ("a2sql.api",),
+    ("a2sql.metrics",),
     ("a2sql.worker",),
+    ("a2sql.ui",),
     ("a2sql.cli", "a2sql.testing"),
 ]
 
