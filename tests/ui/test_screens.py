@@ -53,9 +53,9 @@ def test_every_screen_shows_the_work(store: a2sql.Store) -> None:
         ("dead_letters", 2),
         ("blocked_lanes", 1),
     ]:
-        assert re.search(
-            rf'data-count="{count}"[^>]*><span class="n">{value}</span>', overview
-        ), count
+        assert re.search(rf'data-count="{count}"[^>]*><span class="n">{value}</span>', overview), (
+            count
+        )
     sessions = client.get("/sessions").text
     for sid in ("chat/1", "job/dead", "job/expired", "job/live"):
         assert f'data-session="{sid}"' in sessions
