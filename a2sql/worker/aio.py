@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from a2sql.api.async_store import AsyncPresence, AsyncStore
 from a2sql.core.errors import A2Error
 from a2sql.core.records import JSON, ClaimRef, NewEvent, StateRead, StoredEvent
+from a2sql.metrics.recorder import NO_METRICS, WorkerMetrics
 from a2sql.worker.outcome import HandlerTimeout, Outcome, Returned, timeout_error
 from a2sql.worker.policy import (
     Backoff,
@@ -144,7 +145,8 @@ class AsyncWorker:
     outcome ``superseded``. ``Outcome.write`` is a
     coroutine function over the completion's ``AsyncConnection``. After
     ``stop()``, handlers still running when ``grace_s`` ends are cancelled.
-    Everything else is as ``Worker``.
+    Everything else is as ``Worker``, ``metrics`` too (its calls are made on the
+    event loop: a recorder must not block).
     """
 
     def __init__(
@@ -164,9 +166,11 @@ class AsyncWorker:
         concurrency: int = 1,
         timeout_s: float | None = None,
         schedules: Sequence[Schedule] = (),
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.store = store
         self.handler = handler
+        self.metrics = NO_METRICS if metrics is None else metrics
         # Appended by ``run()`` as their slots come (a2sql.worker.schedules).
         self.schedules = checked(schedules)
         self.settings = settings(
@@ -339,6 +343,7 @@ class AsyncWorker:
         attempts = [AsyncAttempt(event, event.attempt_count, self.store) for event in events]
         for attempt in attempts:
             self._held[(session_id, attempt.event.index)] = attempt
+            self.metrics.claimed(attempt.event)
         try:
             for attempt in attempts:
                 if self._stopping.is_set():
@@ -350,13 +355,9 @@ class AsyncWorker:
                     break  # the store does not answer: its leases run out
                 self._held.pop((session_id, attempt.event.index), None)
                 self.outcomes[outcome] += 1
-                log_outcome(
-                    attempt.event,
-                    attempt.number,
-                    outcome,
-                    time.monotonic() - started,
-                    attempt._error,
-                )
+                duration = time.monotonic() - started
+                self.metrics.handled(attempt.event, outcome, duration)
+                log_outcome(attempt.event, attempt.number, outcome, duration, attempt._error)
         finally:
             left = [a for a in attempts if (session_id, a.event.index) in self._held]
             if left:
@@ -398,6 +399,7 @@ class AsyncWorker:
                 return await asyncio.wait_for(task, timeout_s)
             except TimeoutError:
                 attempt._lost.set()
+                self.metrics.timed_out(attempt.event)
                 raise timeout_error(timeout_s) from None
         except asyncio.CancelledError:
             # The handler's task cancelled because its session was, not this one.
@@ -546,8 +548,10 @@ class AsyncWorker:
             except A2Error as error:
                 log.warning("session=%s could not release claims %s: %s", session_id, claims, error)
                 continue
+            events = {a.event.index: a.event for a in attempts if a.session_id == session_id}
             for index in result.released:
                 self.outcomes["released"] += 1
+                self.metrics.handled(events[index], "released", None)
                 log.info("session=%s index=%d outcome=released", session_id, index)
 
     async def _renew_held(self) -> None:
@@ -574,6 +578,7 @@ class AsyncWorker:
                 await self._mark_cancelled(session_id, gone)
             for attempt in gone:
                 attempt._lost.set()
+                self.metrics.renewal_lost(attempt.event)
                 if attempt.cancelled and attempt._task is not None:
                     attempt._task.cancel()
 

@@ -19,6 +19,7 @@ from sqlalchemy import Connection
 from a2sql.api.store import Presence, Store
 from a2sql.core.errors import A2Error
 from a2sql.core.records import JSON, ClaimRef, NewEvent, StateRead, StoredEvent
+from a2sql.metrics.recorder import NO_METRICS, WorkerMetrics
 from a2sql.worker.outcome import HandlerTimeout, Outcome, Returned, timeout_error
 from a2sql.worker.policy import (
     Backoff,
@@ -156,6 +157,8 @@ class Worker:
     holds the database's write lock while the handler runs: prefer
     ``Outcome``). ``schedules``: ``Schedule``s whose events ``run()`` appends as
     their slots come, as every worker running them does, with no leader.
+    ``metrics``: what the worker reports (outcomes, durations, claim latency, lost
+    renewals, timeouts) goes there (``a2sql.metrics``); by default nowhere.
     """
 
     def __init__(
@@ -175,9 +178,11 @@ class Worker:
         concurrency: int = 1,
         timeout_s: float | None = None,
         schedules: Sequence[Schedule] = (),
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.store = store
         self.handler = handler
+        self.metrics = NO_METRICS if metrics is None else metrics
         # Appended by ``run()`` as their slots come (a2sql.worker.schedules).
         self.schedules = checked(schedules)
         self.settings = settings(
@@ -371,6 +376,8 @@ class Worker:
         with self._lock:
             for attempt in attempts:
                 self._held[(session_id, attempt.event.index)] = attempt
+        for attempt in attempts:
+            self.metrics.claimed(attempt.event)
         try:
             for attempt in attempts:
                 if self._stopping.is_set():
@@ -384,13 +391,9 @@ class Worker:
                     self._held.pop((session_id, attempt.event.index), None)
                 with self._lock:
                     self.outcomes[outcome] += 1
-                log_outcome(
-                    attempt.event,
-                    attempt.number,
-                    outcome,
-                    time.monotonic() - started,
-                    attempt._error,
-                )
+                duration = time.monotonic() - started
+                self.metrics.handled(attempt.event, outcome, duration)
+                log_outcome(attempt.event, attempt.number, outcome, duration, attempt._error)
         finally:
             with self._lock:
                 left = [a for a in attempts if (session_id, a.event.index) in self._held]
@@ -433,6 +436,7 @@ class Worker:
         runner.join(timeout_s)
         if runner.is_alive():
             attempt._lost.set()
+            self.metrics.timed_out(attempt.event)
             raise timeout_error(timeout_s)
         if failed:
             raise failed[0]
@@ -580,8 +584,10 @@ class Worker:
             except A2Error as error:
                 log.warning("session=%s could not release claims %s: %s", session_id, claims, error)
                 continue
+            events = {a.event.index: a.event for a in attempts if a.session_id == session_id}
             for index in result.released:
                 self.outcomes["released"] += 1
+                self.metrics.handled(events[index], "released", None)
                 log.info("session=%s index=%d outcome=released", session_id, index)
 
     def _renew_held(self) -> None:
@@ -611,6 +617,7 @@ class Worker:
                 self._mark_cancelled(session_id, gone)
             for attempt in gone:
                 attempt._lost.set()
+                self.metrics.renewal_lost(attempt.event)
 
     def _mark_cancelled(self, session_id: str, attempts: list[Attempt]) -> None:
         """Of attempts whose claim is gone, mark those whose event was stopped without an
