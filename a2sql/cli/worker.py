@@ -80,6 +80,21 @@ def _not_nan(_ctx: click.Context, param: click.Parameter, value: float | None) -
     callback=_not_nan,
     help=f"Idle poll, seconds (at most {MAX_SECONDS}).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve Prometheus metrics (the worker's, and the store's gauges) over HTTP on"
+    " this port, at /metrics; with --processes N, child k on PORT+k-1, the store's gauges"
+    " on PORT only. Needs the metrics extra.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address --metrics-port listens on (0.0.0.0: every interface).",
+)
 def worker(**options: Any) -> None:
     """Run a pool worker with a handler.
 
@@ -96,6 +111,12 @@ def worker(**options: Any) -> None:
     """
     from a2sql.worker.command import run
 
+    port = options["metrics_port"]
+    if port is not None and port + options["processes"] - 1 > 65535:
+        raise click.BadParameter(
+            f"{port} leaves no port for each of {options['processes']} processes",
+            param_hint="--metrics-port",
+        )
     code = run(options)
     if code:
         raise SystemExit(code)

@@ -123,7 +123,10 @@ class Pool:
     def _start(self, slot: _Slot) -> None:
         theirs, ours = self._context.Pipe(duplex=False)
         process = self._context.Process(
-            target=child.main, args=(self._options, theirs), name=f"a2sql-worker-{slot.number}"
+            target=child.main,
+            # Its number tells it its metrics port (a2sql.worker.serving.exposing).
+            args=({**self._options, "child": slot.number}, theirs),
+            name=f"a2sql-worker-{slot.number}",
         )
         process.start()
         theirs.close()  # the child's alone: writing to a dead child fails, not blocks

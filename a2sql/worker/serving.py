@@ -1,6 +1,7 @@
 """One worker in this process, as ``a2sql worker`` runs it: the handler imported, a
 store opened, a ``Worker`` (or an ``AsyncWorker`` for a coroutine handler) run until
-idle or stopped."""
+idle or stopped; with ``--metrics-port``, its metrics and the store's served over HTTP
+meanwhile."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ import importlib
 import inspect
 import logging
 import sys
-from collections.abc import Callable, Sequence
-from contextlib import suppress
-from typing import Any, TypeAlias
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from a2sql.core.errors import A2Error, ErrorCode
 from a2sql.core.urls import listen_argument, shown_url
 from a2sql.worker.schedules import Schedule, checked
+
+if TYPE_CHECKING:
+    from a2sql.api.store import Store
+    from a2sql.metrics.recorder import WorkerMetrics
 
 log = logging.getLogger("a2sql.worker")
 
@@ -103,8 +108,11 @@ def serve(options: dict[str, Any], on_start: Callable[[StopWorker], None] | None
     from a2sql.api.opening import create_store
     from a2sql.worker.threaded import Worker
 
-    with create_store(options["url"], listen=listen_argument(options["listen"])) as store:
-        worker = Worker(store, handler, **settings)
+    with (
+        create_store(options["url"], listen=listen_argument(options["listen"])) as store,
+        exposing(options, store) as metrics,
+    ):
+        worker = Worker(store, handler, metrics=metrics, **settings)
         if on_start is not None:
             on_start(worker.stop)
         log.info("worker %s serving %s", worker.holder, _shown(store))
@@ -124,22 +132,71 @@ async def _serve_async(
     store = create_async_store(options["url"], listen=listen_argument(options["listen"]))
     try:
         await store.ensure_schema()
-        worker = AsyncWorker(store, handler, **settings)
-        if on_start is not None:
-            loop = asyncio.get_running_loop()
+        with exposing(options, None) as metrics:
+            worker = AsyncWorker(store, handler, metrics=metrics, **settings)
+            if on_start is not None:
+                loop = asyncio.get_running_loop()
 
-            def stop() -> None:
-                # AsyncWorker.stop belongs on its loop; once the loop is closed
-                # there is nothing left to stop.
-                with suppress(RuntimeError):
-                    loop.call_soon_threadsafe(worker.stop)
+                def stop() -> None:
+                    # AsyncWorker.stop belongs on its loop; once the loop is closed
+                    # there is nothing left to stop.
+                    with suppress(RuntimeError):
+                        loop.call_soon_threadsafe(worker.stop)
 
-            on_start(stop)
-        log.info("worker %s serving %s", worker.holder, _shown(store))
-        await worker.run(until_idle=options["until_idle"])
+                on_start(stop)
+            log.info("worker %s serving %s", worker.holder, _shown(store))
+            await worker.run(until_idle=options["until_idle"])
     finally:
         await store.close()
     return 0
+
+
+@contextmanager
+def exposing(options: dict[str, Any], store: Store | None) -> Iterator[WorkerMetrics | None]:
+    """With ``--metrics-port``: the worker's recorder, its metrics and the store's gauges
+    served over HTTP while the block runs; ``None`` without.
+
+    A pool's child ``k`` (``options["child"]``) serves on ``port + k - 1``, and only
+    the first serves the store's gauges, so the store is read once per interval
+    however many processes run. ``store``: the worker's, or ``None`` for an
+    ``AsyncWorker``'s (the gauges read a synchronous store of their own then)."""
+    port = options.get("metrics_port")
+    if port is None:
+        yield None
+        return
+    from prometheus_client import CollectorRegistry, ProcessCollector
+
+    from a2sql.api.opening import create_store
+    from a2sql.metrics.gauges import OverviewReader
+    from a2sql.metrics.prometheus import PrometheusMetrics, StoreCollector, serve_prometheus
+
+    child = options.get("child") or 1
+    port += child - 1
+    host = options.get("metrics_host") or "127.0.0.1"
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    ProcessCollector(registry=registry)  # the process's memory, CPU and open files
+    own = None
+    if child == 1:
+        if store is None:
+            store = own = create_store(options["url"], listen=False, migrate=False)
+        registry.register(StoreCollector(OverviewReader(store, prefixes=[options["prefix"]])))
+    try:
+        try:
+            server = serve_prometheus(registry, port, host)
+        except OSError as error:
+            raise A2Error(
+                ErrorCode.INVALID_ARGUMENT,
+                f"--metrics-port: cannot listen on {host}:{port}: {error.strerror or error}",
+            ) from error
+        log.info("metrics on http://%s:%d/metrics", host, server.port)
+        try:
+            yield metrics
+        finally:
+            server.stop()
+    finally:
+        if own is not None:
+            own.close()
 
 
 def _shown(store: Any) -> str:
