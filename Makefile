@@ -6,12 +6,14 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test docs lint clean
 
 # a2sql.egg-info: metadata an earlier setuptools build left in the checkout, which
-# Python would find beside the editable install's.
+# Python would find beside the editable install's. tools/ensure-chromium.sh: Debian's
+# chromium for the browser tests (tests/ui), installed when missing, in CI or as root.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	rm -rf a2sql.egg-info
 	$(VENV)/bin/pip install --quiet -e '.[dev,postgres]'
+	tools/ensure-chromium.sh
 	touch $(STAMP)
 
 demo: $(STAMP)
