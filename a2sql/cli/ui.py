@@ -28,7 +28,7 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 @listen_option
 def ui(url: str | None, host: str, port: int, allow_actions: bool, listen: str | None) -> None:
     """Serve the web UI: overview, sessions, timelines (live), dead letters, in flight,
-    and /metrics. Needs the ui extra (pip install 'a2sql[ui]'); stop it with Ctrl-C."""
+    and /metrics. Needs the ui extra (pip install '.[ui]' in a clone); stop it with Ctrl-C."""
     try:
         import uvicorn
 
@@ -36,7 +36,7 @@ def ui(url: str | None, host: str, port: int, allow_actions: bool, listen: str |
     except ImportError as missing:
         raise CommandFailed(
             f"a2sql ui needs the ui extra ({missing.name} is missing): "
-            "pip install 'a2sql[ui]'",
+            "pip install '.[ui]' in a clone",
             CANNOT_RUN,
         ) from None
     with opened(url, listen) as store:

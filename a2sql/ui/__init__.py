@@ -3,7 +3,7 @@
 ``app(store)`` is a Starlette application: an overview of the work, sessions by
 state, each session's timeline (live), dead letters and blocked lanes, claims in
 flight, and ``/metrics``. Read-only unless ``allow_actions=True``. Needs the
-``ui`` extra: ``pip install 'a2sql[ui]'``.
+``ui`` extra: ``pip install '.[ui]' in a clone``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ try:
     import starlette  # noqa: F401
 except ImportError as missing:  # pragma: no cover - said to whoever lacks the extra
     raise ImportError(
-        f"a2sql.ui needs {missing.name}, which the ui extra installs: pip install 'a2sql[ui]'"
+        f"a2sql.ui needs {missing.name}, which the ui extra installs: pip install '.[ui]' in a clone"
     ) from missing
 
 from a2sql.ui.application import app

@@ -15,7 +15,7 @@ from a2sql.core.records import Overview
 from a2sql.ui.rendering import Settings, settings_of
 
 METRICS_HINT = (
-    "/metrics needs the metrics extra (prometheus-client): pip install 'a2sql[metrics]'\n"
+    "/metrics needs the metrics extra (prometheus-client): pip install '.[metrics]' in a clone\n"
 )
 
 
