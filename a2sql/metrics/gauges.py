@@ -6,15 +6,16 @@ OpenTelemetry callbacks."""
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from a2sql.core import arguments as validate
 from a2sql.core.errors import invalid
 from a2sql.metrics.recorder import Instrument
+from a2sql.plans.operations import MAX_OVERVIEW_BOUND
 
 if TYPE_CHECKING:
     from a2sql.api.store import Store
@@ -53,14 +54,14 @@ class OverviewReader:
             raise invalid("prefixes", 'must be a list of str ("" for every session)')
         if not prefixes:
             raise invalid("prefixes", "must name at least one prefix")
-        if isinstance(interval, bool) or not isinstance(interval, int | float):
-            raise invalid("interval", "must be a number of seconds")
-        if not (math.isfinite(interval) and interval > 0):
-            raise invalid("interval", "must be a number of seconds above 0")
+        for prefix in prefixes:
+            if prefix:  # as inspect.overview checks it, once here
+                validate.name(prefix, "prefixes")
         self.store = store
         self.prefixes = tuple(dict.fromkeys(prefixes))  # each once, in the order given
-        self.interval = float(interval)
-        self.bound = bound
+        self.interval = validate.seconds(interval, "interval")
+        # Checked here rather than at each reading, which would only log it.
+        self.bound = validate.integer(bound, "bound", minimum=1, maximum=MAX_OVERVIEW_BOUND)
         self._timer = timer
         self._lock = threading.Lock()
         self._reading: dict[str, Overview] = {}

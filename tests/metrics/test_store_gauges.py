@@ -174,9 +174,19 @@ def test_a_failed_reading_gives_no_gauges_until_the_next_interval(url: str) -> N
 
 
 def test_the_reader_checks_its_arguments(store: Store) -> None:
-    for bad in ({"prefixes": "o/"}, {"prefixes": []}, {"interval": 0}, {"interval": True}):
+    wrong: list[dict[str, Any]] = [
+        {"prefixes": "o/"},
+        {"prefixes": []},
+        {"prefixes": ["", "x" * 300]},
+        {"interval": 0},
+        {"interval": True},
+        {"interval": float("nan")},
+        {"bound": 0},
+        {"bound": 2_000_000},
+    ]
+    for bad in wrong:
         with pytest.raises(A2Error) as raised:
-            OverviewReader(store, **bad)  # type: ignore[arg-type]
+            OverviewReader(store, **bad)
         assert raised.value.code == "INVALID_ARGUMENT"
 
 
