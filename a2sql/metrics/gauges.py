@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from a2sql.core import arguments as validate
 from a2sql.core.errors import invalid
@@ -27,6 +27,15 @@ log = logging.getLogger("a2sql.metrics")
 DEFAULT_INTERVAL_S = 15.0
 #: How far each count goes (``inspect.overview``'s ``bound``).
 DEFAULT_BOUND = 10_000
+
+
+class Reading(Protocol):
+    """What the gauges are read from: the store's overview by prefix, as last read
+    (``OverviewReader``, or the web UI's own reading, which it awaits)."""
+
+    def read(self) -> Mapping[str, Overview]:
+        """The overview of each prefix; empty when there is none to give."""
+        ...
 
 
 class OverviewReader:

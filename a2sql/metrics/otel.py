@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.metrics import CallbackOptions, Histogram, Meter, ObservableGauge, Observation
 
-from a2sql.metrics.gauges import STORE_GAUGES, OverviewReader, StoreGauge
+from a2sql.metrics.gauges import STORE_GAUGES, Reading, StoreGauge
 from a2sql.metrics.recorder import (
     CLAIM_LATENCY,
     HANDLED,
@@ -77,7 +77,7 @@ def _seconds_histogram(meter: Meter, instrument: Instrument) -> Histogram:
         )
 
 
-def observe_store(meter: Meter, reader: OverviewReader) -> list[ObservableGauge]:
+def observe_store(meter: Meter, reader: Reading) -> list[ObservableGauge]:
     """The store's gauges (``a2sql.store.…``, attribute ``prefix``) as observable gauges
     of ``meter``, observed from ``reader``: however often the application's metric
     readers collect, the store is read at most once per ``reader.interval``."""
@@ -93,7 +93,7 @@ def observe_store(meter: Meter, reader: OverviewReader) -> list[ObservableGauge]
 
 
 def _observing(
-    gauge: StoreGauge, reader: OverviewReader
+    gauge: StoreGauge, reader: Reading
 ) -> Callable[[CallbackOptions], Iterable[Observation]]:
     def observe(_options: CallbackOptions) -> Iterable[Observation]:
         return [

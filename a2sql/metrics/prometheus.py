@@ -18,7 +18,7 @@ from prometheus_client.exposition import choose_encoder, start_http_server
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from a2sql.metrics.gauges import STORE_GAUGES, OverviewReader
+from a2sql.metrics.gauges import STORE_GAUGES, Reading
 from a2sql.metrics.recorder import (
     CLAIM_LATENCY,
     HANDLED,
@@ -92,7 +92,7 @@ class StoreCollector(Collector):
     ``registry.register(StoreCollector(reader))``; describing the gauges (which
     ``register`` does) reads nothing."""
 
-    def __init__(self, reader: OverviewReader) -> None:
+    def __init__(self, reader: Reading) -> None:
         self.reader = reader
 
     def describe(self) -> Iterator[Metric]:

@@ -13,7 +13,8 @@ try:
     import starlette  # noqa: F401
 except ImportError as missing:  # pragma: no cover - said to whoever lacks the extra
     raise ImportError(
-        f"a2sql.ui needs {missing.name}, which the ui extra installs: pip install '.[ui]' in a clone"
+        f"a2sql.ui needs {missing.name}, which the ui extra installs: "
+        "pip install '.[ui]' in a clone"
     ) from missing
 
 from a2sql.ui.application import app

@@ -59,7 +59,7 @@ async def metrics_response(request: Request) -> Response:
     if getattr(state, "a2sql_metrics", None) is None:
         reading = UiReading(settings.metrics_interval)
         registry = CollectorRegistry()
-        registry.register(StoreCollector(reading))  # type: ignore[arg-type]
+        registry.register(StoreCollector(reading))
         state.a2sql_metrics = (reading, registry)
     reading, registry = state.a2sql_metrics
     await reading.refresh(settings)
