@@ -655,6 +655,11 @@ class AsyncInspector:
         most ``bound`` of them: cheap enough for every page view and scrape."""
         return await self._store._run(operations.overview(self._store._ctx, prefix, bound))
 
+    async def event(self, event_id: str) -> StoredEvent | None:
+        """The event with this id, in whichever session it is, or ``None``: one seek of
+        the unique index of event ids (ids are unique across the database)."""
+        return await self._store._run(operations.event_by_id(event_id))
+
     async def in_flight(self, *, limit: int = 100) -> InFlight:
         """Live claims (by expiry) and claims expired but not yet taken again (oldest
         first), at most ``limit`` of each: which holder has what, until when."""

@@ -522,6 +522,11 @@ def in_flight(ctx: Context, limit: object) -> Plan[InFlight]:
     return Plan(lambda c: overview_ops.in_flight(c, limit=count, now=ctx.now()), read_only=True)
 
 
+def event_by_id(event_id: object) -> Plan[StoredEvent | None]:
+    eid = validate.name(event_id, "event_id")
+    return Plan(lambda c: inspect_ops.event_by_id(c, eid), read_only=True)
+
+
 def session_summary(ctx: Context, session_id: object) -> Plan[SessionSummary | None]:
     sid = validate.name(session_id, "session_id")
     return Plan(lambda c: inspect_ops.session(c, ctx.backend, sid, now=ctx.now()), read_only=True)

@@ -302,6 +302,17 @@ def list_waiting_and_scheduled(
     return [stored_event(row) for row in rows]
 
 
+# --- one event by its id ------------------------------------------------------
+
+BY_ID = select(E).where(E.c.event_id == bindparam("eid"))
+
+
+def event_by_id(tx: Transaction, event_id: str) -> StoredEvent | None:
+    """The event with this id, in whichever session: one seek of a2_events_event_id."""
+    row = tx.first(BY_ID, {"eid": event_id})
+    return None if row is None else stored_event(row)
+
+
 # --- dead letters -------------------------------------------------------------
 
 

@@ -1,5 +1,6 @@
 """inspect.overview, inspect.in_flight and inspect.list_sessions(state=...): what an
-operator's screen and a metrics scrape read, counted as far as a bound."""
+operator's screen and a metrics scrape read, counted as far as a bound; and
+inspect.event, one event by its id."""
 
 from __future__ import annotations
 
@@ -139,3 +140,17 @@ def test_in_flight_lists_live_and_expired_claims(store: Store, clock: FakeClock)
     assert [(e.session_id, e.claim_holder) for e in view.expired] == [("a", "w")]
     assert view.at == clock.now()
     assert store.inspect.in_flight(limit=1).live == view.live
+
+
+def test_event_finds_an_event_by_its_id_in_any_session(store: Store) -> None:
+    store.append("a", [NewEvent("x", {"n": 1}, id="ev-a")])
+    store.append("b", [NewEvent("y", id="ev-b1"), NewEvent("z", {"n": 3}, id="ev-b2")])
+    found = store.inspect.event("ev-b2")
+    assert found is not None
+    assert (found.session_id, found.index, found.type, found.payload) == ("b", 2, "z", {"n": 3})
+    assert found == store.read("b")[1]
+    assert store.inspect.event("ev-a") == store.read("a")[0]
+    assert store.inspect.event("no-such-id") is None
+    with pytest.raises(A2Error) as raised:
+        store.inspect.event("")
+    assert raised.value.code == "INVALID_ARGUMENT"
