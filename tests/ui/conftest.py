@@ -2,8 +2,7 @@
 
 ``chromium_page``: a fresh page (in a browser context of its own: no cookies or
 storage shared between tests) of one headless Chromium started once per test
-process (``chromium_browser``, session-scoped: starting it costs about a
-second). ``serve_app(app) -> base_url``: serves an ASGI app (the UI's Starlette
+module (``chromium_browser``, module-scoped: starting it costs about a second). ``serve_app(app) -> base_url``: serves an ASGI app (the UI's Starlette
 app, or any) under uvicorn in a background thread on a free 127.0.0.1 port,
 answering by the time it returns, stopped when the test ends.
 
@@ -44,10 +43,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.browser)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium_browser() -> Iterator[Browser]:
-    """One headless Chromium for the test process (Playwright's sync API); each
-    ``chromium_page`` opens a context of its own in it. Playwright launches it on a
+    """One headless Chromium for the test module (Playwright's sync API); each
+    ``chromium_page`` opens a context of its own in it. Not for the whole test
+    process: while Playwright's sync API is started, an event loop runs in the
+    thread (on a greenlet), and every later ``asyncio.run`` in that process, such
+    as an ``AsyncWorker`` test's, would fail as called from a running loop. Playwright launches it on a
     fresh temporary profile (user data dir) of its own, removed at close."""
     sync_api = require("playwright.sync_api")
     path = chromium_path()
