@@ -2,8 +2,9 @@
 
 ``chromium_page``: a fresh page (in a browser context of its own: no cookies or
 storage shared between tests) of one headless Chromium started once per test
-module (``chromium_browser``, module-scoped: starting it costs about a second). ``serve_app(app) -> base_url``: serves an ASGI app (the UI's Starlette
-app, or any) under uvicorn in a background thread on a free 127.0.0.1 port,
+module (``chromium_browser``, module-scoped: starting it costs about a second).
+``serve_app(app) -> base_url``: serves an ASGI app (the UI's Starlette app, or
+any) under uvicorn in a background thread on a free 127.0.0.1 port,
 answering by the time it returns, stopped when the test ends.
 
 The browser is Debian's ``chromium`` (``.ci/run`` and ``make`` install it through
@@ -49,8 +50,9 @@ def chromium_browser() -> Iterator[Browser]:
     ``chromium_page`` opens a context of its own in it. Not for the whole test
     process: while Playwright's sync API is started, an event loop runs in the
     thread (on a greenlet), and every later ``asyncio.run`` in that process, such
-    as an ``AsyncWorker`` test's, would fail as called from a running loop. Playwright launches it on a
-    fresh temporary profile (user data dir) of its own, removed at close."""
+    as an ``AsyncWorker`` test's, would fail as called from a running loop.
+    Playwright launches it on a fresh temporary profile (user data dir) of its own,
+    removed at close."""
     sync_api = require("playwright.sync_api")
     path = chromium_path()
     if path is None:
