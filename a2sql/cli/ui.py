@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
 
 from a2sql.cli.common import CANNOT_RUN, CommandFailed, listen_option, opened, shown, url_option
@@ -39,6 +41,7 @@ def ui(url: str | None, host: str, port: int, allow_actions: bool, listen: str |
             "pip install '.[ui]' in a clone",
             CANNOT_RUN,
         ) from None
+    _log_actions()
     with opened(url, listen) as store:
         application = a2sql.ui.app(store, allow_actions=allow_actions)
         where = f"[{host}]" if ":" in host else host
@@ -51,3 +54,14 @@ def ui(url: str | None, host: str, port: int, allow_actions: bool, listen: str |
                 err=True,
             )
         uvicorn.run(application, host=host, port=port, log_level="warning")
+
+
+def _log_actions() -> None:
+    """The actions done and refused (the ``a2sql.ui`` logger, at INFO) on stderr, one line
+    each with its time; uvicorn's own log stays at warnings."""
+    log = logging.getLogger("a2sql.ui")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s a2sql ui: %(message)s"))
+        log.addHandler(handler)
+    log.setLevel(logging.INFO)

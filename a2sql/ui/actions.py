@@ -26,6 +26,12 @@ from a2sql.ui.rendering import Settings, render, settings_of
 
 log = logging.getLogger("a2sql.ui")
 
+
+class NothingDone(Exception):
+    """An action the store answered but that changed nothing (not a dead letter, already
+    processed, no such session): said on the page as a failure, not as done."""
+
+
 READ_ONLY = (
     "This UI is read-only. Start it with `a2sql ui --allow-actions` "
     "(or a2sql.ui.app(store, allow_actions=True)) to act on sessions."
@@ -55,7 +61,7 @@ async def act(request: Request) -> Response:
     back = _back(form)
     try:
         said = await run(settings, form)
-    except A2Error as error:
+    except (A2Error, NothingDone) as error:
         log.warning("%s refused for %s: %s", action, _client(request), error)
         return _return(request, back, error=str(error))
     log.info("%s by %s: %s", action, _client(request), said)
@@ -82,14 +88,18 @@ def _index(form: FormData) -> int:
 async def _retry(settings: Settings, form: FormData) -> str:
     sid, index = _text(form, "session_id"), _index(form)
     result = await settings.calls(settings.calls.store.retry_dead_letter, sid, index=index)
-    return f"retry {sid} #{index}: {result.outcome}"
+    if result.outcome != "requeued":
+        raise NothingDone(f"retry {sid} #{index}: not a dead letter, nothing changed")
+    return f"retry {sid} #{index}: requeued"
 
 
 async def _skip(settings: Settings, form: FormData) -> str:
     sid, index = _text(form, "session_id"), _index(form)
     reason = _text(form, "reason")
     result = await settings.calls(settings.calls.store.skip_event, sid, index=index, reason=reason)
-    return f"skip {sid} #{index}: {result.outcome}"
+    if result.outcome != "skipped":
+        raise NothingDone(f"skip {sid} #{index}: already processed, nothing changed")
+    return f"skip {sid} #{index}: skipped"
 
 
 async def _signal(settings: Settings, form: FormData) -> str:
@@ -107,12 +117,16 @@ async def _signal(settings: Settings, form: FormData) -> str:
 async def _cancel(settings: Settings, form: FormData) -> str:
     sid, reason = _text(form, "session_id"), _text(form, "reason")
     result = await settings.calls(settings.calls.store.cancel_session, sid, reason=reason)
+    if result.cancelled == 0:
+        raise NothingDone(f"cancel {sid}: no unprocessed event, nothing changed")
     return f"cancel {sid}: {result.cancelled} events stopped"
 
 
 async def _delete(settings: Settings, form: FormData) -> str:
     sid = _text(form, "session_id")
     result = await settings.calls(settings.calls.store.delete_session, sid)
+    if result.events == 0 and result.snapshots == 0:
+        raise NothingDone(f"delete {sid}: no such session, nothing deleted")
     return f"delete {sid}: {result.events} events, {result.snapshots} snapshots deleted"
 
 

@@ -74,23 +74,36 @@ class Shown:
     children: list[int]
 
 
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def describe(event: StoredEvent, now: datetime, page: EventPage | None = None) -> tuple[str, str]:
-    """The state of ``event`` at ``now`` (a CSS class and a badge) and a line on it."""
+    """The state of ``event`` at ``now`` (a CSS class and a badge) and a line on it;
+    ``page``: the page it was read in, which says whether its lane waits."""
     if event.processed_at is not None:
         if event.processed_by_attempt is not None:
             return "completed", f"completed by attempt {event.processed_by_attempt}"
         if event.is_signal:
             return "signal", "signal"
         if event.last_error is not None:
-            return "stopped", f"processed without an attempt: {event.last_error}"
+            # skip_event and cancel_session: processed without an attempt, the
+            # reason kept in last_error (the CLI calls both skipped too).
+            return "skipped", f"skipped without an attempt: {event.last_error}"
         return "settled", "settled when appended"
     if event.failed_at is not None:
-        return "dead", f"dead letter after {event.failure_count} failures: {event.last_error}"
+        failures = _plural(event.failure_count, "failure")
+        return "dead", f"dead letter after {failures}: {event.last_error}"
     expires = event.claim_expires_at
     if page is not None and event.index in page.blocked:
         return "blocked", "blocked: its lane waits on a dead letter"
-    if event.claim_holder is not None and expires is not None and expires > now:
-        return "claimed", f"claimed by {event.claim_holder}, attempt {event.attempt_count}"
+    if event.claim_holder is not None and expires is not None:
+        if expires > now:
+            return "claimed", f"claimed by {event.claim_holder}, attempt {event.attempt_count}"
+        return "ready", (
+            f"ready to claim again: the claim of {event.claim_holder} expired at "
+            f"{expires:%Y-%m-%d %H:%M:%S}Z"
+        )
     if event.wake_on is not None and event.first_claimed_at is None and (expires or now) > now:
         until = event.wait_until
         return "waiting", f"waiting for {event.wake_on!r}" + (
@@ -115,7 +128,9 @@ async def timeline(request: Request) -> Response:
     if summary is None:
         return render(request, "missing.html", status_code=404, what=f"No session {session_id!r}.")
     last = summary.event_count
-    after = _int(request.query_params.get("after"), max(0, last - TIMELINE_PAGE))
+    latest = max(0, last - TIMELINE_PAGE)
+    # Past the end: the last page, not an empty one.
+    after = min(whole_number(request.query_params.get("after"), "after", latest), latest)
     page = await settings.calls(
         store.inspect.read_events, session_id, after_index=after, limit=TIMELINE_PAGE
     )
@@ -199,10 +214,14 @@ async def metrics(request: Request) -> Response:
     return await metrics_response(request)
 
 
-def _int(text: str | None, default: int) -> int:
+def whole_number(text: str | None, name: str, default: int) -> int:
+    """A query parameter that is a whole number from 0, ``default`` when not given."""
     if text is None or text == "":
         return default
     try:
-        return max(0, int(text))
+        value = int(text)
     except ValueError:
-        raise invalid("after", f"must be a number, not {text!r}") from None
+        raise invalid(name, f"must be a number, not {text!r}") from None
+    if value < 0:
+        raise invalid(name, f"must be 0 or more, not {value}")
+    return value

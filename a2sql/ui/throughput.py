@@ -22,10 +22,12 @@ MINUTES = 60
 
 @dataclass(frozen=True, slots=True)
 class Bar:
-    """One minute of the chart: its start and how many events were appended in it."""
+    """One minute of the chart: its start, how many events were appended in it, and
+    whether the UI was sampling then (before it began, the count is unknown, not 0)."""
 
     start: datetime
     appended: int
+    sampled: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +79,13 @@ class Throughput:
             minute = int((at - start).total_seconds() // 60)
             if 0 <= minute < MINUTES:
                 counts[minute] += max(0, after - before)
-        bars = [Bar(start + timedelta(minutes=m), n) for m, n in enumerate(counts)]
+        # A minute counts from the one after the first sample: the first sample's
+        # minute has no difference before it.
+        began = samples[0][0] if samples else now
+        bars = [
+            Bar(at, n, sampled=at + timedelta(minutes=1) > began and len(samples) > 1)
+            for at, n in ((start + timedelta(minutes=m), n) for m, n in enumerate(counts))
+        ]
         return Chart(
             bars=bars,
             since=samples[0][0] if samples else None,

@@ -93,13 +93,23 @@ def test_an_open_timeline_shows_new_events_without_a_reload(
     page.goto(serve_app(a2sql.ui.app(store)) + "/session?id=chat/1")
     expect(page.locator("li.event")).to_have_count(6)
     page.evaluate("window.notReloaded = true")
-    # The page's live connection is open once htmx has connected its EventSource.
-    page.wait_for_function("document.querySelector('#timeline').hasAttribute('sse-connect')")
     store.append("chat/1", [NewEvent("user_message", {"text": "make it three"})])
     expect(page.locator("#e-7")).to_contain_text("make it three", timeout=15_000)
     expect(page.locator("#e-7")).to_have_attribute("data-state", "ready")
     store.signal("chat/1", "approval", {"ok": True})
     expect(page.locator("#e-8")).to_have_attribute("data-state", "signal", timeout=15_000)
+    # A new event in the lane a dead letter blocks arrives blocked.
+    store.append("chat/1", [NewEvent("tool_call", {"tool": "pay"}, lane="tools")])
+    expect(page.locator("#e-9")).to_have_attribute("data-state", "blocked", timeout=15_000)
+    # Rows already there change as their events do: woken, claimed, completed.
+    expect(page.locator("#e-4")).to_have_attribute("data-state", "ready", timeout=15_000)
+    claimed = store.claim_available("chat/1", holder="worker-c", ttl_ms=60_000)
+    assert 6 in [e.index for e in claimed.events]
+    expect(page.locator("#e-6")).to_have_attribute("data-state", "claimed", timeout=15_000)
+    expect(page.locator("#e-6 .detail")).to_contain_text("worker-c")
+    store.complete_attempt("chat/1", index=6, attempt=1, events=[])
+    expect(page.locator("#e-6")).to_have_attribute("data-state", "completed", timeout=15_000)
+    assert page.locator("li.event").count() == 9
     assert page.evaluate("window.notReloaded") is True
 
 

@@ -216,3 +216,44 @@ def test_metrics_text_has_the_store_gauges(store: a2sql.Store) -> None:
     assert 'a2sql_store_dead_letters{prefix=""} 2.0' in text
     assert 'a2sql_store_claimed_events{prefix=""} 1.0' in text
     assert 'a2sql_store_waiting_events{prefix=""} 1.0' in text
+
+
+def test_the_live_stream_refuses_what_it_cannot_follow(store: a2sql.Store) -> None:
+    client = _client(store)
+    assert client.get("/session/live", params={"id": "chat/1", "after": "abc"}).status_code == 400
+    assert client.get("/session/live", params={"id": "chat/1", "after": "-1"}).status_code == 400
+    assert client.get("/session/live").status_code == 400
+    missing = client.get("/session/live", params={"id": "no/such"})
+    assert missing.status_code == 404
+
+
+def test_a_timeline_past_its_end_shows_its_last_page(store: a2sql.Store) -> None:
+    page = _client(store).get("/session", params={"id": "chat/1", "after": "999"}).text
+    assert re.findall(r'data-index="(\d+)"', page) == ["1", "2", "3", "4", "5", "6"]
+    assert "#1–#6 of 6" in page
+
+
+def test_a_skipped_event_says_its_reason_apart_from_its_last_failure(store: a2sql.Store) -> None:
+    store.skip_event("chat/1", index=2, reason="search is down for the day")
+    page = _client(store).get("/session", params={"id": "chat/1"}).text
+    row = page[page.index('id="e-2"') : page.index('id="e-3"')]
+    assert 'data-state="skipped"' in row
+    assert "skipped without an attempt: search is down for the day" in row
+    assert "<th>last failed</th>" in row and "last error" not in row
+
+
+def test_an_action_that_changes_nothing_says_so_as_a_failure(store: a2sql.Store) -> None:
+    client = _client(store, allow_actions=True)
+    token = _token(client.get("/dead-letters").text)
+    for action, form, said in [
+        ("retry", {"session_id": "chat/1", "index": "1"}, "not a dead letter"),
+        ("skip", {"session_id": "chat/1", "index": "1", "reason": "x"}, "already processed"),
+        ("cancel", {"session_id": "no/such", "reason": "x"}, "no unprocessed event"),
+        ("delete", {"session_id": "no/such"}, "no such session"),
+    ]:
+        answer = client.post(
+            f"/actions/{action}", data={**form, "csrf": token}, follow_redirects=False
+        )
+        location = answer.headers["location"]
+        assert "error=" in location and "done=" not in location, (action, location)
+        assert said.replace(" ", "+") in location, (action, location)
