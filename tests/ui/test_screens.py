@@ -230,7 +230,7 @@ def test_the_live_stream_refuses_what_it_cannot_follow(store: a2sql.Store) -> No
 def test_a_timeline_past_its_end_shows_its_last_page(store: a2sql.Store) -> None:
     page = _client(store).get("/session", params={"id": "chat/1", "after": "999"}).text
     assert re.findall(r'data-index="(\d+)"', page) == ["1", "2", "3", "4", "5", "6"]
-    assert "#1–#6 of 6" in page
+    assert "#1\u2013#6 of 6" in page  # an en dash
 
 
 def test_a_skipped_event_says_its_reason_apart_from_its_last_failure(store: a2sql.Store) -> None:
