@@ -36,9 +36,7 @@ def test_a2sql_ui_serves_and_logs_each_action(tmp_path: Path) -> None:
         populate(store)
     port = _free_port()
     command = [sys.executable, "-m", "a2sql.cli", "ui", "--url", url, "--port", str(port)]
-    server = subprocess.Popen(
-        [*command, "--allow-actions"], stderr=subprocess.PIPE, text=True
-    )
+    server = subprocess.Popen([*command, "--allow-actions"], stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
