@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
 from a2sql.api.async_store import AsyncStore
 from a2sql.api.store import Store
-
-T = TypeVar("T")
-
 
 class StoreCalls:
     """The store the UI reads and acts on, its calls awaited whatever its kind."""
@@ -25,11 +22,6 @@ class StoreCalls:
         if not isinstance(store, (Store, AsyncStore)):
             raise TypeError(f"a2sql.ui.app needs a Store or an AsyncStore, not {type(store)!r}")
         self.store = store
-
-    @property
-    def is_async(self) -> bool:
-        """Whether the store is an ``AsyncStore``."""
-        return isinstance(self.store, AsyncStore)
 
     async def __call__(self, method: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """``method`` (a bound method of the store, its ``inspect`` or ``presence``)
