@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from a2sql.api.async_store import AsyncStore
 from a2sql.api.store import Store
 
+
 class StoreCalls:
     """The store the UI reads and acts on, its calls awaited whatever its kind."""
 
