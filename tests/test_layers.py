@@ -31,6 +31,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("a2sql.metrics",),
     ("a2sql.worker",),
     ("a2sql.ui",),
+    # The frameworks' adapters (each behind an extra): over the API; nothing below
+    # imports them, so the core never loads a framework.
+    ("a2sql.integrations",),
     ("a2sql.cli", "a2sql.testing"),
 ]
 
