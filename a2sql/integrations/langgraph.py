@@ -529,6 +529,11 @@ class _A2Checkpoints(BaseCheckpointSaver[str]):
         session_id = self.session_id(thread_id, namespace)
         body = cast(dict[str, Any], dict(checkpoint))
         values = cast(dict[str, Any], body.pop("channel_values", None) or {})
+        # A channel's value is stored once per version (the channels of new_versions),
+        # and a checkpoint is rebuilt from its channel_versions by the blobs' ids. The
+        # conformance suite accepts full values in every checkpoint too (its checkpoints
+        # carry them whole), but a growing channel (a conversation's messages) would
+        # then be stored again at every step, its history quadratic in its length.
         events: list[NewEvent] = []
         for channel, version in new_versions.items():
             payload: dict[str, Any] = {"channel": channel, "version": version}
