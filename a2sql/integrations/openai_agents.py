@@ -62,11 +62,12 @@ CLEAR_TYPE: Final = "agents.clear"
 # Reads walk back from the session's last index, a page at a time. A page asks for a
 # range of indexes (after, through] no longer than this (a2sql's largest page).
 _PAGE: Final = MAX_LIMIT
-# With a limit of k items, the first page reads k indexes and this many more, for the
-# pops, clears and other events among the newest; without a limit, this many (the
-# last clear may be near). Each later page reads twice as many as the one before.
-_SLACK: Final = 8
-_FIRST_PAGE: Final = 32
+# With a limit of k items, the first page reads k indexes and this many more, for a
+# pop or another event among the newest; without a limit, this many (the last clear
+# may be near). Each later page reads twice as many as the one before. Small: a row
+# read costs about as much as a round trip saved (SQLite), and pops are rare.
+_SLACK: Final = 2
+_FIRST_PAGE: Final = 16
 # A first page after every index: no events, and its through_index the last index.
 _FAR: Final = INT64_MAX
 
