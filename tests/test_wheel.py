@@ -29,7 +29,7 @@ MACHINE_PIP_NOTICE = re.compile(r"^WARNING: Location '[^']*' is ignored: .*$", r
 
 # `pip install a2sql` or `pip install 'a2sql[postgres]'`, from a package index a2sql is not
 # on; `'a2sql[postgres] @ git+https://...'` names where it comes from.
-FROM_AN_INDEX = re.compile(r"pip install\s+['\"]?a2sql(\[[\w,]+\])?(?!\[)(?!\s*@)")
+FROM_AN_INDEX = re.compile(r"pip install\s+['\"]?a2sql(\[[\w,-]+\])?(?![\[\w-])(?!\s*@)")
 
 
 def _env() -> dict[str, str]:
@@ -204,6 +204,7 @@ def test_no_page_installs_a2sql_from_a_package_index() -> None:
     """README and every docs page say to install from a clone, a URL or a built wheel."""
     assert FROM_AN_INDEX.search("pip install a2sql  # x")
     assert FROM_AN_INDEX.search("pip install 'a2sql[postgres]'")
+    assert FROM_AN_INDEX.search("pip install 'a2sql[openai-agents]'")
     assert not FROM_AN_INDEX.search("pip install 'a2sql[postgres] @ git+https://h/o/a2sql.git'")
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         for number, line in enumerate(page.read_text().splitlines(), 1):

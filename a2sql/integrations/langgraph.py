@@ -1,5 +1,5 @@
 """LangGraph checkpoints on a2sql: ``A2Saver`` (on a ``Store``) and ``AsyncA2Saver`` (on an
-``AsyncStore``), ``pip install 'a2sql[langgraph]'``.
+``AsyncStore``), ``pip install '.[langgraph]'`` in a clone.
 
 How LangGraph's records map onto a2sql's log:
 
