@@ -34,20 +34,26 @@ from functools import partial
 from typing import Any, TypeVar, cast
 from urllib.parse import quote
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
-    BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    PendingWrite,
-    get_checkpoint_id,
-    get_serializable_checkpoint_metadata,
-    writes_sort_key,
-)
-from langgraph.checkpoint.serde.base import SerializerProtocol
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        PendingWrite,
+        get_checkpoint_id,
+        get_serializable_checkpoint_metadata,
+        writes_sort_key,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as missing:  # said to whoever lacks the extra
+    raise ImportError(
+        f"a2sql.integrations.langgraph needs {missing.name}, which the langgraph extra "
+        "installs: pip install -e '.[langgraph]' in a clone"
+    ) from missing
 
 from a2sql.api.async_store import AsyncOperations, AsyncStore
 from a2sql.api.store import Operations, Store

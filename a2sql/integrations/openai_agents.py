@@ -35,13 +35,19 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias, TypeVar, cast
 
-from agents import TResponseInputItem
-from agents.memory import (
-    SessionSettings,
-    await_session_mutation,
-    coerce_session_settings,
-    resolve_session_limit,
-)
+try:
+    from agents import TResponseInputItem
+    from agents.memory import (
+        SessionSettings,
+        await_session_mutation,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
+except ImportError as missing:  # said to whoever lacks the extra
+    raise ImportError(
+        f"a2sql.integrations.openai_agents needs {missing.name}, which the openai-agents extra "
+        "installs: pip install -e '.[openai-agents]' in a clone"
+    ) from missing
 
 from a2sql.api.async_store import AsyncStore
 from a2sql.api.store import Store
