@@ -4,11 +4,11 @@ development database it makes there), and prints what the page says it prints.""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.page_examples import assert_prints
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "time-and-control.md"
 # A section's title, its one example, and what the page says it prints.
@@ -27,13 +27,4 @@ def examples() -> list[tuple[str, str, str]]:
 def test_the_example_prints_what_the_page_says(
     title: str, code: str, prints: str, tmp_path: Path
 ) -> None:
-    ran = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert ran.returncode == 0, f"{title}: {ran.stderr}"
-    assert ran.stdout.splitlines() == prints.splitlines(), f"{title}: {ran.stdout}\n{ran.stderr}"
+    assert_prints(code, prints, tmp_path, title)

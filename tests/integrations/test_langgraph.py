@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from sqlalchemy import event
 import a2sql
 from a2sql.integrations.langgraph import A2Saver, AsyncA2Saver
 from tests.integrations.langgraph_app import build
+from tests.page_examples import assert_prints, examples
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "integrations" / "langgraph.md"
@@ -463,21 +463,9 @@ def test_the_core_imports_no_langgraph() -> None:
 
 # --- docs/integrations/langgraph.md ----------------------------------------------------------
 
-EXAMPLE = re.compile(r"```python\n(.*?)```\n\nPrints:\n\n```text\n(.*?)```", re.S)
-
 
 def test_the_page_examples_print_what_the_page_says(tmp_path: Path) -> None:
-    found = EXAMPLE.findall(PAGE.read_text())
+    found = examples(PAGE)
     assert found, "the page has examples, each with what it prints"
-    for code, prints in found:
-        ran = subprocess.run(
-            [sys.executable, "-c", code],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-            env={k: v for k, v in os.environ.items() if k != "A2SQL_DATABASE_URL"},
-        )
-        assert ran.returncode == 0, ran.stderr
-        assert ran.stdout.splitlines() == prints.splitlines(), ran.stdout + ran.stderr
+    for number, (code, prints) in enumerate(found, 1):
+        assert_prints(code, prints, tmp_path, f"example {number}")

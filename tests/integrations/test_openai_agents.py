@@ -23,7 +23,6 @@ import json
 import multiprocessing
 import multiprocessing.process
 import random
-import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -39,6 +38,7 @@ import a2sql
 from a2sql import A2Error, AsyncStore, ErrorCode, Store
 from a2sql.integrations.openai_agents import CLEAR_TYPE, ITEM_TYPE, POP_TYPE, A2Session
 from tests.integrations.agents_helpers import add_process, pop_process, run_turns, turns_process
+from tests.page_examples import assert_prints, examples
 
 ROOT = Path(__file__).resolve().parents[2]
 AnyStore: TypeAlias = Store | AsyncStore
@@ -545,20 +545,10 @@ def test_the_core_never_imports_the_sdk() -> None:
 # --- the documentation's example -----------------------------------------------------------
 
 PAGE = ROOT / "docs" / "integrations" / "openai-agents.md"
-EXAMPLE = re.compile(r"```python\n((?:(?!```).)*?)```\n\nPrints:\n\n```text\n(.*?)```", re.S)
 
 
 def test_the_pages_example_prints_what_the_page_says(tmp_path: Path) -> None:
     """docs/integrations/openai-agents.md: the example runs as written, in a fresh folder
     (on the development database it makes there), and prints what the page says."""
-    [(code, prints)] = EXAMPLE.findall(PAGE.read_text())
-    ran = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.splitlines() == prints.splitlines(), ran.stdout
+    [(code, prints)] = examples(PAGE)
+    assert_prints(code, prints, tmp_path)
