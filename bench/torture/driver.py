@@ -59,6 +59,9 @@ class WorkersConfig:
     sessions: int | None = None
     backlog: int | None = None
     drain_timeout: float = 60.0
+    # Feed past ``duration`` (up to three times as long) until this many events are
+    # processed: a loaded machine gets the same amount of work done, later.
+    min_processed: int = 0
     log_dir: str | None = None
     api: str = "sync"  # "async": the workers' calls go through AsyncStore
     # Worker n's store clock: the system's (n even) or skew_ms behind (n odd), by
@@ -86,6 +89,11 @@ class Feeder:
         summaries = retrying(lambda: all_sessions(self.store, self.prefix), log=self.log, op="list")
         blocked = 2 * len(self.started)
         return sum(s.pending_count for s in summaries.values()) - blocked
+
+    def processed(self) -> int:
+        """Events of the run processed so far (settled ones included)."""
+        summaries = retrying(lambda: all_sessions(self.store, self.prefix), log=self.log, op="list")
+        return sum(s.event_count - s.pending_count - s.failed_count for s in summaries.values())
 
     def feed(self) -> None:
         if self.pending() < self.backlog:
@@ -306,11 +314,25 @@ def _feed_and_torture(
     report: Report,
 ) -> None:
     begin = time.monotonic()
-    while (elapsed := time.monotonic() - begin) < config.duration:
+    checked_at = 0.0
+    while True:
+        elapsed = time.monotonic() - begin
+        if elapsed >= config.duration and elapsed - checked_at >= 0.5:
+            checked_at = elapsed
+            if not _more_wanted(config, feeder, elapsed):
+                break
         feeder.feed()
         faults.tick(elapsed, pool)
         _respawn(pool, log, report)
         time.sleep(0.02)
+
+
+def _more_wanted(config: WorkersConfig, feeder: Feeder, elapsed: float) -> bool:
+    """Past ``duration``: whether to feed on, on a machine too loaded for the run to have
+    processed ``min_processed`` events yet (up to three times as long)."""
+    if config.min_processed <= 0 or elapsed >= 3 * config.duration:
+        return False
+    return feeder.processed() < config.min_processed
 
 
 def _drain(

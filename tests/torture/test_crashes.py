@@ -30,6 +30,7 @@ def test_killed_workers_lose_no_event_and_process_none_twice(
             kill_every=0.5,
             drain_timeout=30,
             log_dir=str(tmp_path / "logs"),
+            min_processed=40,
         )
     )
     assert_clean(report)
@@ -52,6 +53,7 @@ def test_killed_async_workers_lose_no_event_and_process_none_twice(
             drain_timeout=30,
             log_dir=str(tmp_path / "logs"),
             api="async",
+            min_processed=20,
         )
     )
     assert_clean(report)

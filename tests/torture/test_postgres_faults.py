@@ -225,6 +225,7 @@ def test_workers_survive_terminated_backends_and_a_server_restart(
                 restart_server=server.restart,
                 drain_timeout=30,
                 log_dir=str(tmp_path / "logs"),
+                min_processed=40,
             )
         )
         assert postmaster_start_time(server.url) != private_started
