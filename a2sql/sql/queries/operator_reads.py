@@ -168,16 +168,35 @@ def prefix_range(prefix: str) -> dict[str, str]:
     return {"lower": prefix} if upper is None else {"lower": prefix, "upper": upper}
 
 
+def session_range(backend: Backend, strict_lower: bool, bounded: bool) -> list[ColumnElement[bool]]:
+    """Session ids from ``:lower`` (after it when ``strict_lower``) up to ``:upper``
+    (exclusive) when ``bounded``: a prefix, or a page of one after a cursor, as a key
+    range (``page_bounds`` gives the parameters)."""
+    key = E.c.session_id
+    lower: BindParameter[str] = bindparam("lower")
+    conditions = [key > lower if strict_lower else key >= lower]
+    if bounded:
+        conditions.append(key < backend.opaque_to_planner(bindparam("upper")))
+    return conditions
+
+
+def page_bounds(prefix: str, cursor: str | None) -> tuple[dict[str, object], bool]:
+    """The parameters of ``session_range`` for the sessions under ``prefix`` after
+    ``cursor``, and whether its lower bound is strict (a cursor past the prefix's start)."""
+    strict = cursor is not None and cursor >= prefix
+    return {**prefix_range(prefix), "lower": cursor if strict else prefix}, strict
+
+
 @cache
 def _summaries(backend: Backend, strict_lower: bool, bounded: bool) -> Select[Any]:
     key = E.c.session_id
-    lower: BindParameter[str] = bindparam("lower")
-    statement = select(*_summary_columns(backend)).where(
-        key > lower if strict_lower else key >= lower
+    return (
+        select(*_summary_columns(backend))
+        .where(*session_range(backend, strict_lower, bounded))
+        .group_by(key)
+        .order_by(key)
+        .limit(bindparam("limit"))
     )
-    if bounded:
-        statement = statement.where(key < backend.opaque_to_planner(bindparam("upper")))
-    return statement.group_by(key).order_by(key).limit(bindparam("limit"))
 
 
 @cache
@@ -218,16 +237,9 @@ def list_sessions(
     now: datetime,
 ) -> SessionPage:
     """Sessions whose id starts with ``prefix``, after ``cursor``, by id."""
-    upper = prefix_successor(prefix) if prefix else None
-    strict = cursor is not None and cursor >= prefix
-    params: dict[str, object] = {
-        "lower": cursor if strict else prefix,
-        "limit": limit + 1,
-        "now": now,
-    }
-    if upper is not None:
-        params["upper"] = upper
-    rows = tx.rows(_summaries(backend, strict, upper is not None), params)
+    params, strict = page_bounds(prefix, cursor)
+    params.update(limit=limit + 1, now=now)
+    rows = tx.rows(_summaries(backend, strict, "upper" in params), params)
     sessions = [_summary(row) for row in rows[:limit]]
     more = len(rows) > limit
     return SessionPage(sessions=sessions, cursor=sessions[-1].session_id if more else None)

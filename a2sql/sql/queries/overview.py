@@ -17,14 +17,19 @@ from typing import Any, Literal, get_args
 from sqlalchemy import BindParameter, ColumnElement, Select, bindparam, func, literal_column, select
 
 from a2sql.backends.base import Backend
-from a2sql.backends.column_types import Timestamp
 from a2sql.core.errors import invalid
 from a2sql.core.records import NO_TIMEOUT, InFlight, Overview, SessionPage
 from a2sql.sql.codec import stored_event
 from a2sql.sql.executor import Transaction
-from a2sql.sql.queries.claims import ready
-from a2sql.sql.queries.operator_reads import prefix_range, summaries_of
+from a2sql.sql.queries.claims import FREE, ready
+from a2sql.sql.queries.operator_reads import (
+    page_bounds,
+    prefix_range,
+    session_range,
+    summaries_of,
+)
 from a2sql.sql.schema import events as E
+from a2sql.sql.times import NOW
 
 SessionState = Literal["dead_letters", "blocked", "claimed", "waiting"]
 """The states ``inspect.list_sessions(state=...)`` filters by: sessions with a dead
@@ -34,31 +39,30 @@ signal."""
 SESSION_STATES: tuple[str, ...] = get_args(SessionState)
 
 _ONE: ColumnElement[int] = literal_column("1")
-_NOW = bindparam("now", type_=Timestamp())
 _BOUND: BindParameter[int] = bindparam("bound")
 _UNPROCESSED = E.c.processed_at.is_(None)
 _DISPATCHABLE = ready()
 _HELD = E.c.claim_expires_at.is_not(None)
-_FREE = E.c.claim_expires_at.is_(None)
-_DUE = E.c.claim_expires_at <= _NOW
+_NEVER_HELD = E.c.claim_expires_at.is_(None)
+_DUE = E.c.claim_expires_at <= NOW
 
 # What each count counts, as SessionSummary's counts do (a2sql.sql.queries.operator_reads):
 # ready is claimable now (free, its claim or delay over, or its wait timed out);
 # claimed has a live claim; waiting waits for a signal (its timeout ahead);
 # scheduled runs later (never claimed, no holder, its time ahead); a dead letter
 # failed for good; a blocked lane is a lane whose head is a dead letter.
-_READY = (*_DISPATCHABLE, (E.c.claim_expires_at.is_(None) | (E.c.claim_expires_at <= _NOW)))
-_CLAIMED = (*_DISPATCHABLE, _HELD, E.c.claim_holder.is_not(None), E.c.claim_expires_at > _NOW)
+_READY = (*_DISPATCHABLE, FREE)
+_CLAIMED = (*_DISPATCHABLE, _HELD, E.c.claim_holder.is_not(None), E.c.claim_expires_at > NOW)
 _WAITING = (
     E.c.wake_on.is_not(None),
     _UNPROCESSED,
     E.c.first_claimed_at.is_(None),
-    E.c.claim_expires_at > _NOW,
+    E.c.claim_expires_at > NOW,
 )
 _SCHEDULED = (
     *_DISPATCHABLE,
     _HELD,
-    E.c.claim_expires_at > _NOW,
+    E.c.claim_expires_at > NOW,
     E.c.wake_on.is_(None),
     E.c.claim_holder.is_(None),
     E.c.first_claimed_at.is_(None),
@@ -74,17 +78,10 @@ _STATE_CONDITIONS: dict[str, tuple[ColumnElement[bool], ...]] = {
 }
 
 
-def _under_prefix(backend: Backend, bounded: bool) -> tuple[ColumnElement[bool], ...]:
-    lower = E.c.session_id >= bindparam("lower")
-    if not bounded:
-        return (lower,)
-    return lower, E.c.session_id < backend.opaque_to_planner(bindparam("upper"))
-
-
 def _bounded_count(
     backend: Backend, bounded: bool, *conditions: ColumnElement[bool]
 ) -> ColumnElement[Any]:
-    rows = select(_ONE).where(*conditions, *_under_prefix(backend, bounded)).limit(_BOUND)
+    rows = select(_ONE).where(*conditions, *session_range(backend, False, bounded)).limit(_BOUND)
     return select(func.count()).select_from(rows.subquery()).scalar_subquery()
 
 
@@ -95,7 +92,7 @@ def _bounded_count(
 def _first(backend: Backend, bounded: bool, column: Any, *conditions: ColumnElement[bool]) -> Any:
     return (
         select(column)
-        .where(*conditions, *_under_prefix(backend, bounded))
+        .where(*conditions, *session_range(backend, False, bounded))
         .order_by(column)
         .limit(1)
         .scalar_subquery()
@@ -111,14 +108,14 @@ def _overview(backend: Backend, bounded: bool) -> Select[Any]:
         _bounded_count(backend, bounded, *_SCHEDULED),
         _bounded_count(backend, bounded, *_DEAD),
         _bounded_count(backend, bounded, *_BLOCKING),
-        _first(backend, bounded, E.c.created_at, *_DISPATCHABLE, _FREE),
+        _first(backend, bounded, E.c.created_at, *_DISPATCHABLE, _NEVER_HELD),
         _first(
             backend,
             bounded,
             E.c.claim_expires_at,
             *_DISPATCHABLE,
             _HELD,
-            E.c.claim_expires_at <= _NOW,
+            _DUE,
         ),
     )
 
@@ -153,13 +150,9 @@ def sessions_in_state(
 ) -> Select[Any]:
     """The ids of sessions with an event in ``state``, after ``lower``, by id, at most
     ``limit``: a walk of that state's unprocessed events in session order."""
-    lower: BindParameter[str] = bindparam("lower")
-    where = [E.c.session_id > lower if strict_lower else E.c.session_id >= lower]
-    if bounded:
-        where.append(E.c.session_id < backend.opaque_to_planner(bindparam("upper")))
     return (
         select(E.c.session_id)
-        .where(*_STATE_CONDITIONS[state], *where)
+        .where(*_STATE_CONDITIONS[state], *session_range(backend, strict_lower, bounded))
         .group_by(E.c.session_id)
         .order_by(E.c.session_id)
         .limit(bindparam("limit"))
@@ -177,15 +170,9 @@ def list_sessions_in_state(
     now: datetime,
 ) -> SessionPage:
     """Sessions under ``prefix`` with an event in ``state``, after ``cursor``, by id."""
-    under = prefix_range(prefix)
-    strict = cursor is not None and cursor >= prefix
-    params: dict[str, object] = {
-        **under,
-        "lower": cursor if strict else prefix,
-        "limit": limit + 1,
-        "now": now,
-    }
-    statement = sessions_in_state(backend, state, strict, "upper" in under)
+    params, strict = page_bounds(prefix, cursor)
+    params.update(limit=limit + 1, now=now)
+    statement = sessions_in_state(backend, state, strict, "upper" in params)
     ids = [row[0] for row in tx.rows(statement, params)]
     sessions = summaries_of(tx, backend, ids[:limit], now=now)
     more = len(ids) > limit
@@ -212,7 +199,7 @@ _LIVE = (
 )
 _EXPIRED = (
     select(E)
-    .where(*_DISPATCHABLE, _HELD, E.c.claim_expires_at <= _NOW, E.c.claim_holder.is_not(None))
+    .where(*_DISPATCHABLE, _HELD, _DUE, E.c.claim_holder.is_not(None))
     .order_by(E.c.claim_expires_at)
     .limit(bindparam("limit"))
 )
