@@ -92,7 +92,7 @@ from typing import Any
 from sqlalchemy import Column, Integer, MetaData, Table, Text, insert, select
 
 import a2sql
-from a2sql import JSON, A2Error, NewEvent, Store, StoredEvent
+from a2sql import JSON, A2Error, NewEvent, SignalResult, Store, StoredEvent
 from a2sql.worker import Attempt, Backoff, Outcome, Worker
 from bench.torture.checks import (
     all_sessions,
@@ -387,6 +387,32 @@ def worker_main(settings: ProcessSettings) -> None:
 # --- controller processes --------------------------------------------------------
 
 
+def send_signal(
+    store: Store,
+    log: JsonLog,
+    sid: str,
+    name: str,
+    payload: JSON,
+    signal_id: str,
+    *,
+    again: bool,
+) -> SignalResult:
+    """``store.signal``, tried again while the database is unavailable, and logged as the
+    checks read it (``again``: a signal sent before, with the same id)."""
+    result = retrying(lambda: store.signal(sid, name, payload, id=signal_id), log=log, op="signal")
+    log.write(
+        "signal",
+        s=sid,
+        name=name,
+        id=signal_id,
+        idx=result.event.index,
+        woken=result.woken,
+        replayed=result.replayed,
+        again=again,
+    )
+    return result
+
+
 class Controller:
     """Signals, replays signals and cancels sessions until the stop file appears."""
 
@@ -420,20 +446,8 @@ class Controller:
         name = UNHEARD if rng.random() < 0.1 else rng.choices(NAMES, SENT)[0]
         signal_id = f"{name}:{self.s.name}:{self.serial}"
         payload: dict[str, JSON] = {"by": self.s.name, "n": self.serial, "text": "it's 100%_"}
-        result = retrying(
-            lambda: self.store.signal(sid, name, payload, id=signal_id), log=self.log, op="signal"
-        )
+        result = send_signal(self.store, self.log, sid, name, payload, signal_id, again=False)
         stored = result.event
-        self.log.write(
-            "signal",
-            s=sid,
-            name=name,
-            id=signal_id,
-            idx=stored.index,
-            woken=result.woken,
-            replayed=result.replayed,
-            again=False,
-        )
         if result.replayed or (stored.id, stored.type, stored.payload) != (
             signal_id,
             name,
@@ -446,19 +460,7 @@ class Controller:
 
     def replay(self) -> None:
         sid, name, payload, signal_id, index = self.rng.choice(self.sent)
-        result = retrying(
-            lambda: self.store.signal(sid, name, payload, id=signal_id), log=self.log, op="signal"
-        )
-        self.log.write(
-            "signal",
-            s=sid,
-            name=name,
-            id=signal_id,
-            idx=result.event.index,
-            woken=result.woken,
-            replayed=result.replayed,
-            again=True,
-        )
+        result = send_signal(self.store, self.log, sid, name, payload, signal_id, again=True)
         if not result.replayed or result.woken or result.event.index != index:
             self.log.anomaly(
                 "a signal sent again was not replayed",
@@ -723,21 +725,7 @@ class _Run:
                 return
             for sid, name in waits:
                 signal_id = f"final{round_number}:{name}:{sid}"
-                result = retrying(
-                    lambda s=sid, n=name, i=signal_id: self.store.signal(s, n, id=i),
-                    log=self.log,
-                    op="signal",
-                )
-                self.log.write(
-                    "signal",
-                    s=sid,
-                    name=name,
-                    id=signal_id,
-                    idx=result.event.index,
-                    woken=result.woken,
-                    replayed=result.replayed,
-                    again=False,
-                )
+                send_signal(self.store, self.log, sid, name, None, signal_id, again=False)
                 self.report.add("final_signals")
             events = self.drain(f"final signals round {round_number}")
         left = [f"{e.session_id}#{e.index}" for s in events.values() for e in s if e.waiting]
