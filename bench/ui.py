@@ -162,7 +162,8 @@ def _sqlite_reads(store: a2sql.Store, statement: str, parameters: Any) -> list[t
     return reads
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -181,7 +182,7 @@ def _get(url: str) -> float:
 def time_screens(url: str, screens: dict[str, str], repeat: int) -> dict[str, list[float]]:
     """``repeat`` timings in ms of every screen, over HTTP from ``a2sql ui --url url``
     served in a process of its own (stopped at the end), the screens taken in turns."""
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "a2sql.cli", "ui", "--url", url, "--port", str(port)],
         stderr=subprocess.DEVNULL,

@@ -4,7 +4,6 @@ action done on stderr."""
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -14,14 +13,8 @@ import urllib.request
 from pathlib import Path
 
 import a2sql
+from bench.ui import free_port
 from tests.ui.scenery import populate
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _get(url: str) -> str:
@@ -34,7 +27,7 @@ def test_a2sql_ui_serves_and_logs_each_action(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'ui.db'}"
     with a2sql.create_store(url, migrate=True) as store:
         populate(store)
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "a2sql.cli", "ui", "--url", url, "--port", str(port)]
     server = subprocess.Popen([*command, "--allow-actions"], stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
