@@ -3,9 +3,10 @@ and each row whose state changed (claimed, completed, failed, woken...).
 
 The page's rows are read again whenever the store says something may have
 happened (``store.watch``: at once for this process's commits, on PostgreSQL
-for every process's), and at least every ``REFRESH_S`` seconds, since a claim or
-a failure wakes no one. Each read is the page's last ``WINDOW`` events, by the
-primary key, so an open page costs the same however long its session.
+for every process's), at most every ``SPACING_S`` seconds, and at least every
+``REFRESH_S`` seconds, since a claim or a failure wakes no one. Each read is the
+page's last ``WINDOW`` events, by the primary key, so an open page costs the same
+however long its session.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from a2sql.ui.screens import TIMELINE_PAGE, Shown, describe, whole_number
 # How often an open timeline reads its rows when nothing woke it, and how many of
 # its last rows it keeps current.
 REFRESH_S = 2.0
+# The least time between two reads of one page: a store committing all the time
+# wakes it on every commit, and the commits of that time are read together.
+SPACING_S = 0.25
 WINDOW = TIMELINE_PAGE
 
 
@@ -90,6 +94,7 @@ async def events(request: Request) -> Response:
                     continue  # more came than one read holds: read on at once
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(woken.wait(), timeout=REFRESH_S)
+                await asyncio.sleep(SPACING_S)
                 woken.clear()
         finally:
             unwatch()
