@@ -38,8 +38,14 @@ async def wait_until_blocked_by(holder: Connection) -> list[int]:
     raise AssertionError("the call never blocked on the held lock")
 
 
-# The backends waiting for a lock of a type (a session's lock: advisory).
-_AWAITING = text("select pid from pg_locks where locktype = :type and not granted")
+# The backends of this database waiting for a lock of a type (a session's lock:
+# advisory): pg_locks shows the whole cluster's, where the other test processes, each
+# on a database of its own, may be waiting for locks of their own meanwhile (and a
+# transaction id's lock names no database, so the backend's is looked up).
+_AWAITING = text(
+    "select l.pid from pg_locks l join pg_stat_activity a on a.pid = l.pid"
+    " where l.locktype = :type and not l.granted and a.datname = current_database()"
+)
 
 
 def _awaiting(probe: Connection, locktype: str) -> list[int]:
