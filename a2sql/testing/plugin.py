@@ -303,34 +303,50 @@ SEARCH_PATH = "-csearch_path="
 WRITES = ("CREATE", "INSERT", "UPDATE", "ALTER")
 
 
+# The databases ``own_database`` has made afresh in this process (each once a run).
+_MADE_AFRESH: set[str] = set()
+
+
 def own_database(server: URL) -> URL:
     """``server`` itself, or under pytest-xdist a database of this test process's own
-    beside it (``<database>_gw0``, made if missing): advisory locks and NOTIFY channels
-    are per database, so tests running at once in two processes must not share one,
-    even in schemas of their own."""
+    beside it (``<database>_gw0``): advisory locks and NOTIFY channels are per
+    database, so tests running at once in two processes must not share one, even in
+    schemas of their own.
+
+    It is made afresh once a run: one an earlier run left is dropped first, unless
+    another client is connected to it (then it is used as it is). Each test makes
+    and drops a schema in it, and a catalogue that thousands of those went through
+    makes every later one slower."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker:
         return server
     own = server.set(database=f"{server.database}_{worker}")
+    name = str(own.database)
     engine = create_engine(server, poolclass=NullPool, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as connection:
-            found = connection.execute(
-                text("select 1 from pg_database where datname = :name"),
-                {"name": own.database},
-            ).first()
-            if found is None:
+
+            def exists() -> bool:
+                return (
+                    connection.execute(
+                        text("select 1 from pg_database where datname = :name"), {"name": name}
+                    ).first()
+                    is not None
+                )
+
+            if name not in _MADE_AFRESH:
+                _MADE_AFRESH.add(name)
+                if exists():
+                    try:
+                        connection.execute(text(f'drop database "{name}"'))
+                    except DBAPIError:
+                        return own  # in use (another run of this name): kept as it is
+            if not exists():
                 try:
-                    connection.execute(text(f'create database "{own.database}"'))
+                    connection.execute(text(f'create database "{name}"'))
                 except DBAPIError:
                     # Made meanwhile by another run of the same test process name.
-                    if (
-                        connection.execute(
-                            text("select 1 from pg_database where datname = :name"),
-                            {"name": own.database},
-                        ).first()
-                        is None
-                    ):
+                    if not exists():
                         raise
     finally:
         engine.dispose()
