@@ -300,7 +300,7 @@ def _shown(url: URL) -> str:
 
 SEARCH_PATH = "-csearch_path="
 # The statements of the migrations worth replaying: the DDL and the version row.
-WRITES = ("CREATE", "INSERT", "UPDATE", "ALTER")
+WRITES = ("CREATE", "INSERT", "UPDATE", "ALTER", "DROP")
 
 
 # The databases ``own_database`` has made afresh in this process (each once a run).

@@ -1,5 +1,6 @@
-"""The database of a test process's own under pytest-xdist (a2sql.testing.plugin.own_database):
-made afresh once a run, kept when another client is connected to it."""
+"""The PostgreSQL databases and schemas the test plugin makes (a2sql.testing.plugin): a test
+process's own database under pytest-xdist, made afresh once a run and kept when another
+client is connected to it; each test's schema, replayed from the migrations' SQL."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from sqlalchemy import URL, create_engine, text
 from sqlalchemy.pool import NullPool
 
+import a2sql
 from a2sql.testing import plugin
 from tests.plugin import unavailable
 
@@ -79,3 +81,42 @@ def test_a_database_another_client_uses_is_kept(
     finally:
         engine.dispose()
     assert _marked(own)
+
+
+def _schema_of(url: str) -> dict[str, list[str]]:
+    """Each a2sql table's index definitions and column names, in the URL's schema."""
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            indexes = connection.execute(
+                text(
+                    "select tablename, indexname || ' ' || split_part(indexdef, ' USING ', 2)"
+                    " from pg_indexes where schemaname = current_schema() order by 1, 2"
+                )
+            ).all()
+            columns = connection.execute(
+                text(
+                    "select table_name, column_name || ' ' || data_type from"
+                    " information_schema.columns where table_schema = current_schema()"
+                    " order by 1, ordinal_position"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    found: dict[str, list[str]] = {}
+    for table, what in [*indexes, *columns]:
+        found.setdefault(table, []).append(what)
+    return found
+
+
+def test_a_replayed_schema_is_the_migrated_one(
+    server: URL, postgres_schemas: plugin.PostgresSchemas
+) -> None:
+    """The SQL the plugin records from the migrations and replays into each test's schema
+    gives what the migrations give: the indexes a revision drops included."""
+    with postgres_schemas.fresh(migrated=False) as empty:
+        a2sql.create_store(empty, migrate=True).close()
+        migrated = _schema_of(empty)
+    with postgres_schemas.fresh(migrated=True) as replayed:
+        assert _schema_of(replayed) == migrated
+    assert any(index.startswith("a2_events_dispatch_free ") for index in migrated["a2_events"])
