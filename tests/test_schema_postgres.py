@@ -101,9 +101,17 @@ def test_partial_indexes_exist_with_their_predicates(migrated: Connection) -> No
     expected = {
         "a2_events_event_id": (["event_id"], True, None),
         "a2_events_unprocessed": (["session_id", "idx"], False, UNPROCESSED),
-        "a2_events_lane_pending": (["session_id", "lane", "idx"], False, UNPROCESSED),
+        "a2_events_lane_pending": (
+            ["session_id", "lane", "idx"],
+            False,
+            "((processed_at IS NULL) AND (lane IS NOT NULL))",
+        ),
         "a2_events_dispatch_ready": (["session_id", "idx"], False, DISPATCHABLE),
-        "a2_events_claim_expiry": (["session_id", "claim_expires_at"], False, DISPATCHABLE),
+        "a2_events_claim_expiry": (
+            ["session_id", "claim_expires_at"],
+            False,
+            DISPATCHABLE[:-1] + " AND (claim_expires_at IS NOT NULL))",
+        ),
         "a2_events_dispatch_free": (
             ["created_at", "session_id"],
             False,

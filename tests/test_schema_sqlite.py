@@ -187,9 +187,10 @@ def test_head_is_the_seed_ddl_plus_a2sqls_indexes_table_and_column(
     a2_events_dispatch_age); one strict table, a2_retired_attempts (session_id
     text key, last_attempt integer) (0003); one nullable column at the end of
     a2_events, wake_on, and its index a2_events_waiting on (session_id, wake_on, idx),
-    partial on the rows that have it (0004). No other table, column, index, trigger
-    or view differs."""
-    assert migrations.head_revision() == "0004_time_and_control"
+    partial on the rows that have it (0004); the seed's a2_events_lane_pending and
+    a2_events_claim_expiry partial on the rows with a lane and with a claim expiry
+    only (0005). No other table, column, index, trigger or view differs."""
+    assert migrations.head_revision() == "0005_lean_indexes"
     assert _version(head_file) == [migrations.head_revision()]
     seed, head = describe(connect(seed_file)), describe(connect(head_file))
     assert head.pop(RETIRED_ATTEMPTS) == {
@@ -240,6 +241,13 @@ def test_head_is_the_seed_ddl_plus_a2sqls_indexes_table_and_column(
         "where": "wake_on is not null",
     }
     assert head["a2_events"]["columns"].pop() == ("wake_on", "text", False, None, 0, 0)
+    seed_indexes, head_indexes = seed["a2_events"]["indexes"], head["a2_events"]["indexes"]
+    for name, narrower in (
+        ("a2_events_lane_pending", "processed_at is null and lane is not null"),
+        ("a2_events_claim_expiry", f"{DISPATCHABLE} and claim_expires_at is not null"),
+    ):
+        assert head_indexes[name] == {**seed_indexes[name], "where": narrower}, name
+        head_indexes[name] = seed_indexes[name]
     for table in seed:
         assert head[table] == seed[table], f"table {table} differs from the seed's"
 
@@ -270,8 +278,8 @@ def test_sqlite_schema_signature_agrees_for_seed_and_migrated_files(
     seed_file: Path, alembic_file: Path, head_file: Path
 ) -> None:
     """a2sql's own signature of the seed file equals that of the baseline revision, and
-    tells head apart from it by claim_next's indexes, the table 0003 adds and the
-    column 0004 adds (so
+    tells head apart from it by claim_next's indexes, the table 0003 adds, the
+    column 0004 adds and the two indexes 0005 narrows (so
     adoption, which compares signatures, takes a seed file for 0001 and never for
     head)."""
     seed, baseline = _signature(seed_file), _signature(alembic_file)
@@ -299,6 +307,13 @@ def test_sqlite_schema_signature_agrees_for_seed_and_migrated_files(
     waiting = head["a2_events"]["indexes"].pop(WAITING)
     assert waiting == (["session_id", "wake_on", "idx"], False, "wake_on is not null")
     assert head["a2_events"]["columns"].pop() == ("wake_on", "text", False, None, 0)
+    for name, narrower in (
+        ("a2_events_lane_pending", "processed_at is null and lane is not null"),
+        ("a2_events_claim_expiry", f"{DISPATCHABLE} and claim_expires_at is not null"),
+    ):
+        columns, unique, _ = baseline["a2_events"]["indexes"][name]
+        assert head["a2_events"]["indexes"].pop(name) == (columns, unique, narrower), name
+        head["a2_events"]["indexes"][name] = baseline["a2_events"]["indexes"][name]
     assert head == baseline
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAD = "0004_time_and_control"
+HEAD = "0005_lean_indexes"
 SCRIPTS = sorted(p.name for p in (ROOT / "a2sql" / "_migrations" / "versions").glob("*.py"))
 # The contract: the conformance suite, its conftest and the pytest plugin it loads.
 CONTRACT = sorted(p.name for p in (ROOT / "a2sql" / "testing" / "conformance").glob("*.py"))

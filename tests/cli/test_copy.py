@@ -172,7 +172,7 @@ def test_copy_needs_both_databases_at_the_same_revision(cli: Cli, tmp_path: Path
     assert behind.code == 2
     assert behind.err.strip().splitlines()[-1] == (
         f"a2sql: destination {destination_url} is at schema revision none, and copy needs both "
-        f"databases at 0004_time_and_control: run `a2sql migrate --url {destination_url}` first"
+        f"databases at 0005_lean_indexes: run `a2sql migrate --url {destination_url}` first"
     )
     missing = cli("copy", f"sqlite:///{tmp_path / 'nothing.db'}", source_url)
     assert missing.code == 2 and "no such database file" in missing.err

@@ -38,7 +38,7 @@ def test_check_without_a_database_writes_nothing(
     assert as_json.code == 3
     assert as_json.out.strip() == (
         '{"url": "sqlite:///.a2/dev.db", "exists": false, "revision": null, '
-        '"head": "0004_time_and_control", "current": false}'
+        '"head": "0005_lean_indexes", "current": false}'
     )
     named = cli("migrate", "--check", "--url", f"sqlite:///{tmp_path / 'sub' / 'x.db'}")
     assert named.code == 3
@@ -70,7 +70,7 @@ def test_a_revision_alembic_cannot_find_is_one_line(
         assert line.startswith(f"a2sql: INVALID_ARGUMENT: revision {revision!r}: "), line
         assert line.endswith(
             "a2sql knows 0001_baseline, 0002_dispatch_age, 0003_retired_attempts,"
-            " 0004_time_and_control, head and base"
+            " 0004_time_and_control, 0005_lean_indexes, head and base"
         )
     assert not (tmp_path / "new.db").exists()
 
@@ -150,4 +150,4 @@ def test_two_migrations_at_once_each_say_what_they_did(url: str, tmp_path: Path)
         ran.append(Ran(process.returncode, out, err))
     assert [r.code for r in ran] == [0, 0], [r.err for r in ran]
     said = sorted(r.out.strip().removeprefix(f"{url}: ") for r in ran)
-    assert said == ["already at 0004_time_and_control", "empty -> 0004_time_and_control"], ran
+    assert said == ["already at 0005_lean_indexes", "empty -> 0005_lean_indexes"], ran

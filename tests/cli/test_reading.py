@@ -13,7 +13,7 @@ def test_status_counts_the_database(cli: Cli, populated: tuple[Store, str]) -> N
     store, url = populated
     found = cli("status", "--url", url, "--json").json()
     assert found["engine"] == store.engine.dialect.name
-    assert found["revision"] == found["head"] == "0004_time_and_control"
+    assert found["revision"] == found["head"] == "0005_lean_indexes"
     assert (found["sessions"], found["events"]) == (3, 9)
     # order-1: 2 claimed, 3 waiting, 5 blocked, 6 retrying; order-17: 1.
     assert (found["pending"], found["claimed"], found["dead_letters"]) == (5, 1, 1)
