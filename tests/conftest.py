@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import URL, Connection, create_engine, make_url
+from sqlalchemy import URL, Connection, Engine, create_engine, make_url
 
 import a2sql
 import a2sql.migrate
@@ -106,6 +106,17 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite_file":
         return f"sqlite:///{tmp_path / 'a2.db'}"
     return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def engine(url: str) -> Iterator[Engine]:
+    """A SQLAlchemy engine on ``url``'s database (the migration tests write and read rows
+    below a2sql with it), disposed after the test."""
+    opened = create_engine(resolve_url(url))
+    try:
+        yield opened
+    finally:
+        opened.dispose()
 
 
 @pytest.fixture

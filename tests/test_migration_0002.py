@@ -12,7 +12,6 @@ except the seed file's, which is SQLite only.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from sqlalchemy import Engine, create_engine, insert, inspect, select
 import a2sql
 from a2sql import A2Error, ErrorCode
 from a2sql import migrate as migrations
-from a2sql.execution.engines import resolve_url
 from a2sql.sql.schema import events, presence, snapshots
 from a2sql.testing import FakeClock
 from tests.test_schema_sqlite import seed_database
@@ -157,15 +155,6 @@ PRESENCE = [
 # What claim_next takes, call after call, at NOW: oldest free event's session first;
 # then idle until the live claim ends.
 DISPATCH_ORDER = [("a/pending", [1, 2]), ("e/lane", [1]), ("f/expired", [1])]
-
-
-@pytest.fixture
-def engine(url: str) -> Iterator[Engine]:
-    opened = create_engine(resolve_url(url))
-    try:
-        yield opened
-    finally:
-        opened.dispose()
 
 
 def write_rows_at_baseline(engine: Engine) -> None:

@@ -9,7 +9,6 @@ and on PostgreSQL (the ``url`` fixture), except the seed file's, SQLite only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ from sqlalchemy import Engine, create_engine, inspect, select
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent
 from a2sql import migrate as migrations
-from a2sql.execution.engines import resolve_url
 from a2sql.sql.schema import retired_attempts
 from a2sql.testing import FakeClock
 from tests.test_migration_0002 import (
@@ -35,15 +33,6 @@ DISPATCH_AGE = "0002_dispatch_age"
 RETIRED = "0003_retired_attempts"
 HEAD = migrations.head_revision()
 TABLE = "a2_retired_attempts"
-
-
-@pytest.fixture
-def engine(url: str) -> Iterator[Engine]:
-    opened = create_engine(resolve_url(url))
-    try:
-        yield opened
-    finally:
-        opened.dispose()
 
 
 def has_table(engine: Engine) -> bool:

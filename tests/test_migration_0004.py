@@ -11,7 +11,6 @@ order through the new indexes. Every test runs on a SQLite file and on PostgreSQ
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from sqlalchemy import Engine, create_engine, select
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent
 from a2sql import migrate as migrations
-from a2sql.execution.engines import resolve_url
 from a2sql.sql.schema import events
 from a2sql.testing import FakeClock
 from tests.test_migration_0002 import (
@@ -41,15 +39,6 @@ RETIRED = "0003_retired_attempts"
 # tests/test_migration_0005.py).
 HEAD = migrations.head_revision()
 NEW_INDEXES = {"a2_events_waiting", "a2_events_dispatch_free", "a2_events_dispatch_due"}
-
-
-@pytest.fixture
-def engine(url: str) -> Iterator[Engine]:
-    opened = create_engine(resolve_url(url))
-    try:
-        yield opened
-    finally:
-        opened.dispose()
 
 
 def write_rows_at_0003(engine: Engine) -> None:

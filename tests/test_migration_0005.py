@@ -13,16 +13,13 @@ only.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from sqlalchemy import Engine, create_engine, func, select, text
 
 import a2sql
 from a2sql import NewEvent
 from a2sql import migrate as migrations
-from a2sql.execution.engines import resolve_url
 from a2sql.testing import FakeClock
 from tests.test_migration_0002 import (
     DISPATCH_ORDER,
@@ -37,15 +34,6 @@ from tests.test_migration_0002 import (
 
 TIME_AND_CONTROL = "0004_time_and_control"
 LEAN = "0005_lean_indexes"
-
-
-@pytest.fixture
-def engine(url: str) -> Iterator[Engine]:
-    opened = create_engine(resolve_url(url))
-    try:
-        yield opened
-    finally:
-        opened.dispose()
 
 
 def predicates(engine: Engine) -> dict[str, str]:
