@@ -12,6 +12,8 @@ except the seed file's, which is SQLite only.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -304,6 +306,24 @@ def _seed_rows(path: Path) -> list[tuple[Any, ...]]:
         ).fetchall()
     finally:
         connection.close()
+
+
+@contextmanager
+def seed_file_at_head(path: Path) -> Iterator[tuple[a2sql.Store, list[tuple[Any, ...]]]]:
+    """A file the seed's store wrote at ``path``, adopted and brought to head by
+    ``create_store`` with its rows unchanged: the store open on it, and the rows the seed
+    wrote. The file is at head once the store is closed."""
+    write_seed_file(path)
+    written = _seed_rows(path)
+    url = f"sqlite:///{path}"
+    with a2sql.create_store(url, clock=FakeClock(NOW), migrate=True) as store:
+        assert _seed_rows(path) == written
+        yield store, written
+    engine = create_engine(url)
+    try:
+        assert revision(engine) == HEAD
+    finally:
+        engine.dispose()
 
 
 def test_seed_file_stamped_at_baseline_upgrades_to_head_keeping_its_rows(

@@ -15,7 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, create_engine, select
+from sqlalchemy import Engine, select
 
 import a2sql
 from a2sql import A2Error, ErrorCode, NewEvent
@@ -30,8 +30,8 @@ from tests.test_migration_0002 import (
     all_rows,
     event_indexes,
     revision,
+    seed_file_at_head,
     write_rows_at_baseline,
-    write_seed_file,
 )
 
 RETIRED = "0003_retired_attempts"
@@ -123,18 +123,8 @@ def test_seed_file_upgrades_to_head_and_waits_work_on_it(tmp_path: Path) -> None
     """A file the seed's store wrote is adopted and brought to head by create_store, its
     rows unchanged; waits and signals work on it, and its old rows read as before."""
     path = tmp_path / "seed.db"
-    write_seed_file(path)
-    written = _seed_rows(path)
-
-    url = f"sqlite:///{path}"
-    with a2sql.create_store(url, clock=FakeClock(NOW), migrate=True) as store:
-        assert _seed_rows(path) == written
+    with seed_file_at_head(path) as (store, written):
         store.append("s/waits", [NewEvent("approve?", wake_on="approval")])
         assert store.claim_available("s/waits", holder="w", ttl_ms=TTL_MS).outcome == "busy"
         assert store.signal("s/waits", "approval").woken == [1]
-    engine = create_engine(url)
-    try:
-        assert revision(engine) == HEAD
-    finally:
-        engine.dispose()
     assert [row for row in _seed_rows(path) if row[0] != "s/waits"] == written

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, func, select, text
+from sqlalchemy import Engine, func, select, text
 
 import a2sql
 from a2sql import NewEvent
@@ -25,11 +25,10 @@ from tests.test_migration_0002 import (
     DISPATCH_ORDER,
     NOW,
     TTL_MS,
-    _seed_rows,
     all_rows,
     revision,
+    seed_file_at_head,
     write_rows_at_baseline,
-    write_seed_file,
 )
 
 TIME_AND_CONTROL = "0004_time_and_control"
@@ -133,17 +132,7 @@ def test_downgrade_to_0004_widens_both_indexes_and_upgrades_again(url: str, engi
 def test_seed_file_upgrades_to_head_and_its_lanes_work_on(tmp_path: Path) -> None:
     """A file the seed's store wrote is adopted and brought to head by create_store, its
     rows unchanged; lanes work on it."""
-    path = tmp_path / "seed.db"
-    write_seed_file(path)
-    written = _seed_rows(path)
-    url = f"sqlite:///{path}"
-    with a2sql.create_store(url, clock=FakeClock(NOW), migrate=True) as store:
-        assert _seed_rows(path) == written
+    with seed_file_at_head(tmp_path / "seed.db") as (store, _):
         store.append("s/lane", [NewEvent("a", lane="x"), NewEvent("b", lane="x")])
         [head] = store.claim_available("s/lane", holder="w", ttl_ms=TTL_MS).events
         assert head.index == 1
-    engine = create_engine(url)
-    try:
-        assert revision(engine) == LEAN
-    finally:
-        engine.dispose()
