@@ -336,11 +336,10 @@ def own_database(server: URL) -> URL:
 
             if name not in _MADE_AFRESH:
                 _MADE_AFRESH.add(name)
-                if exists():
-                    try:
-                        connection.execute(text(f'drop database "{name}"'))
-                    except DBAPIError:
-                        return own  # in use (another run of this name): kept as it is
+                try:
+                    connection.execute(text(f'drop database if exists "{name}"'))
+                except DBAPIError:
+                    return own  # in use (another run of this name): kept as it is
             if not exists():
                 try:
                     connection.execute(text(f'create database "{name}"'))
